@@ -1,0 +1,1 @@
+"""Decoding: greedy and beam search over the Paraformer's per-position posteriors."""
