@@ -1,0 +1,232 @@
+"""Acoustic front end: log-mel filterbank features, global mean/variance normalisation, SpecAugment.
+
+Contracts:
+    LogMelFrontend(...)(waveform [N])             -> log-mel features [T, n_mels], T = 1 + max(0, N - win) // hop
+    mel_filterbank(n_mels, n_fft, sample_rate)    -> filters [n_fft // 2 + 1, n_mels]
+    FeatureNormalizer(mean [F], std [F])(x [..., F]) -> (x - mean) / std, same shape
+    SpecAugment(...)(features [T, F], generator)  -> masked copy [T, F]
+
+Mel scale: HTK, ``mel(f) = 2595 * log10(1 + f / 700)``; triangular filters with peak 1, centres equally spaced in mel
+between ``f_min`` and ``f_max``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import torch
+
+from paraformer_asr.errors import DataError
+
+_LOG_FLOOR = 1e-10  # power floor before the log: log-mel values are >= log(1e-10) = -23.03
+
+
+def hz_to_mel(frequency: torch.Tensor) -> torch.Tensor:
+    """HTK mel scale."""
+    return 2595.0 * torch.log10(1.0 + frequency / 700.0)
+
+
+def mel_to_hz(mel: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`hz_to_mel`."""
+    return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
+
+
+def mel_filterbank(
+    n_mels: int, n_fft: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None
+) -> torch.Tensor:
+    """Triangular HTK-mel filters over the rfft bins. Returns [n_fft // 2 + 1, n_mels] float32, peak value <= 1."""
+    f_max = sample_rate / 2 if f_max is None else f_max
+    if not 0.0 <= f_min < f_max <= sample_rate / 2:
+        raise ValueError(f"need 0 <= f_min < f_max <= sample_rate / 2, got f_min={f_min}, f_max={f_max}")
+    bin_hz = torch.linspace(0.0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)  # [n_freqs]
+    edges_mel = torch.linspace(
+        hz_to_mel(torch.tensor(f_min, dtype=torch.float64)).item(),
+        hz_to_mel(torch.tensor(f_max, dtype=torch.float64)).item(),
+        n_mels + 2,
+        dtype=torch.float64,
+    )
+    edges_hz = mel_to_hz(edges_mel)  # [n_mels + 2]: lower edge, centre, upper edge of filter m at m, m+1, m+2
+    lower, centre, upper = edges_hz[:-2], edges_hz[1:-1], edges_hz[2:]  # [n_mels] each
+    rising = (bin_hz[:, None] - lower[None, :]) / (centre - lower)[None, :]  # [n_freqs, n_mels]
+    falling = (upper[None, :] - bin_hz[:, None]) / (upper - centre)[None, :]
+    filters = torch.clamp(torch.minimum(rising, falling), min=0.0)
+    empty = (filters.sum(dim=0) == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(
+            f"mel filters {empty} cover no FFT bin: use fewer mels ({n_mels}) or a larger n_fft ({n_fft})"
+        )
+    return filters.float()
+
+
+class LogMelFrontend:
+    """Waveform [N] at ``sample_rate`` -> log-mel features [T, n_mels].
+
+    Frames of ``win_ms`` (rounded to samples) every ``hop_ms``, no centring padding: frame t covers samples
+    ``t * hop .. t * hop + win - 1``, so ``T = 1 + (N - win) // hop`` (a signal shorter than one window is zero-padded
+    to one frame). Each frame is multiplied by a periodic Hann window of ``win`` samples, zero-padded to ``n_fft``
+    (default: the next power of two >= win), and its power spectrum |rfft|^2 goes through the mel filters;
+    the result is ``log(max(mel_power, 1e-10))``.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        n_mels: int = 80,
+        win_ms: float = 25.0,
+        hop_ms: float = 10.0,
+        n_fft: int | None = None,
+        f_min: float = 0.0,
+        f_max: float | None = None,
+    ) -> None:
+        self.sample_rate = int(sample_rate)
+        self.n_mels = int(n_mels)
+        self.win_length = round(self.sample_rate * win_ms / 1000.0)
+        self.hop_length = round(self.sample_rate * hop_ms / 1000.0)
+        if self.win_length < 2 or self.hop_length < 1:
+            raise ValueError(f"window ({win_ms} ms) and hop ({hop_ms} ms) are too short at {sample_rate} Hz")
+        self.n_fft = 1 << (self.win_length - 1).bit_length() if n_fft is None else int(n_fft)
+        if self.n_fft < self.win_length:
+            raise ValueError(f"n_fft ({self.n_fft}) must be >= the window length ({self.win_length} samples)")
+        window = torch.hann_window(self.win_length, periodic=True, dtype=torch.float32)
+        self.window = torch.nn.functional.pad(window, (0, self.n_fft - self.win_length))  # [n_fft]
+        self.filters = mel_filterbank(self.n_mels, self.n_fft, self.sample_rate, f_min, f_max)  # [n_freqs, n_mels]
+
+    def num_frames(self, num_samples: int) -> int:
+        """Frame count T for a waveform of ``num_samples`` samples."""
+        return 1 + max(0, num_samples - self.win_length) // self.hop_length
+
+    def __call__(self, waveform: torch.Tensor) -> torch.Tensor:
+        if waveform.dim() != 1 or waveform.numel() == 0:
+            raise ValueError(f"LogMelFrontend expects a non-empty waveform [N], got shape {tuple(waveform.shape)}")
+        waveform = waveform.float()
+        num_frames = self.num_frames(waveform.numel())
+        needed = (num_frames - 1) * self.hop_length + self.n_fft  # samples covered by the n_fft-long stft frames
+        padded = torch.nn.functional.pad(waveform, (0, needed - waveform.numel()))[:needed]  # [needed]
+        spectrum = torch.stft(
+            padded,
+            n_fft=self.n_fft,
+            hop_length=self.hop_length,
+            win_length=self.n_fft,
+            window=self.window,
+            center=False,
+            return_complex=True,
+        )  # [n_freqs, T]
+        power = spectrum.real.square() + spectrum.imag.square()  # [n_freqs, T]
+        mel_power = power.transpose(0, 1) @ self.filters  # [T, n_mels]
+        return torch.log(torch.clamp(mel_power, min=_LOG_FLOOR))
+
+
+class FeatureNormalizer:
+    """Global per-dimension standardisation: x [..., F] -> (x - mean) / std."""
+
+    MIN_STD = 1e-5
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        mean = torch.as_tensor(mean, dtype=torch.float32)
+        std = torch.as_tensor(std, dtype=torch.float32)
+        if mean.dim() != 1 or mean.shape != std.shape:
+            raise ValueError(f"mean and std must both be [F], got {tuple(mean.shape)} and {tuple(std.shape)}")
+        if not (torch.isfinite(mean).all() and torch.isfinite(std).all() and (std > 0).all()):
+            raise ValueError("normalizer statistics must be finite with std > 0")
+        self.mean = mean  # [F]
+        self.std = std  # [F]
+
+    @classmethod
+    def fit(cls, features: Iterable[torch.Tensor]) -> FeatureNormalizer:
+        """Mean and standard deviation over all frames of all utterances ([T_i, F] each).
+
+        Per-utterance moments are merged with Chan et al.'s parallel update in float64, so large offsets and
+        many frames do not lose precision. ``std`` is floored at ``MIN_STD`` (constant dimensions).
+        """
+        count = 0
+        mean: torch.Tensor | None = None
+        sum_sq_dev: torch.Tensor | None = None  # sum of squared deviations from the running mean, [F]
+        for item in features:
+            if item.dim() != 2 or item.shape[0] == 0:
+                raise ValueError(f"FeatureNormalizer.fit expects features [T, F] with T > 0, got {tuple(item.shape)}")
+            frames = item.detach().to(torch.float64)
+            n = frames.shape[0]
+            item_mean = frames.mean(dim=0)  # [F]
+            item_sum_sq_dev = (frames - item_mean).square().sum(dim=0)  # [F]
+            if mean is None:
+                count, mean, sum_sq_dev = n, item_mean, item_sum_sq_dev
+                continue
+            if item_mean.shape != mean.shape:
+                raise ValueError(f"feature dimension changed from {mean.shape[0]} to {item_mean.shape[0]}")
+            total = count + n
+            delta = item_mean - mean
+            mean = mean + delta * (n / total)
+            sum_sq_dev = sum_sq_dev + item_sum_sq_dev + delta.square() * (count * n / total)
+            count = total
+        if mean is None:
+            raise DataError("cannot fit feature normalisation statistics: no features given")
+        std = torch.sqrt(sum_sq_dev / count).clamp(min=cls.MIN_STD)
+        return cls(mean.float(), std.float())
+
+    def __call__(self, features: torch.Tensor) -> torch.Tensor:
+        if features.shape[-1] != self.mean.shape[0]:
+            raise ValueError(f"features have {features.shape[-1]} dims, normalizer has {self.mean.shape[0]}")
+        return (features - self.mean) / self.std
+
+    def to_dict(self) -> dict[str, list[float]]:
+        """Plain lists, safe for ``torch.load(weights_only=True)``."""
+        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, list[float]]) -> FeatureNormalizer:
+        try:
+            return cls(torch.tensor(state["mean"]), torch.tensor(state["std"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise DataError(f"invalid feature normalizer statistics: {err}") from None
+
+
+class SpecAugment:
+    """Frequency and time masking (Park et al., 2019) on one utterance's features [T, F].
+
+    Each of ``freq_masks`` masks zeroes ``w ~ U{0..freq_width}`` consecutive feature channels starting at
+    ``s ~ U{0..F - w}``; likewise ``time_masks`` masks of up to ``time_width`` frames (capped at T). Zero is the mean
+    after normalisation, so apply it to normalised features. All randomness comes from the given generator.
+    """
+
+    def __init__(self, freq_masks: int = 2, freq_width: int = 27, time_masks: int = 2, time_width: int = 40) -> None:
+        for name, value in (
+            ("freq_masks", freq_masks),
+            ("freq_width", freq_width),
+            ("time_masks", time_masks),
+            ("time_width", time_width),
+        ):
+            if value < 0:
+                raise ValueError(f"SpecAugment {name} must be >= 0, got {value}")
+        self.freq_masks = freq_masks
+        self.freq_width = freq_width
+        self.time_masks = time_masks
+        self.time_width = time_width
+
+    @property
+    def enabled(self) -> bool:
+        return (self.freq_masks > 0 and self.freq_width > 0) or (self.time_masks > 0 and self.time_width > 0)
+
+    def __call__(self, features: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if features.dim() != 2:
+            raise ValueError(f"SpecAugment expects features [T, F], got shape {tuple(features.shape)}")
+        if not self.enabled:
+            return features
+        num_frames, num_dims = features.shape
+        freq_mask = _band_mask(num_dims, self.freq_masks, self.freq_width, generator)  # [F]
+        time_mask = _band_mask(num_frames, self.time_masks, self.time_width, generator)  # [T]
+        masked = time_mask[:, None] | freq_mask[None, :]  # [T, F]
+        return features.masked_fill(masked, 0.0)
+
+
+def _band_mask(size: int, count: int, max_width: int, generator: torch.Generator) -> torch.Tensor:
+    """Union of ``count`` random bands of width U{0..min(max_width, size)} over ``size`` positions -> bool [size]."""
+    if count == 0 or max_width == 0:
+        return torch.zeros(size, dtype=torch.bool)
+    max_width = min(max_width, size)
+    widths = torch.randint(0, max_width + 1, (count,), generator=generator)  # [count]
+    # start uniform in [0, size - width]: scale a uniform draw by the number of valid starts
+    starts = (torch.rand(count, generator=generator) * (size - widths + 1)).long()  # [count]
+    positions = torch.arange(size)  # [size]
+    inside = (positions[None, :] >= starts[:, None]) & (positions[None, :] < (starts + widths)[:, None])
+    return inside.any(dim=0)

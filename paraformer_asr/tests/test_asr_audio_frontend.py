@@ -1,0 +1,153 @@
+"""Log-mel front end, global normalisation and SpecAugment."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from paraformer_asr.data.frontend import (
+    FeatureNormalizer,
+    LogMelFrontend,
+    SpecAugment,
+    hz_to_mel,
+    mel_filterbank,
+    mel_to_hz,
+)
+from paraformer_asr.errors import DataError
+
+
+def tone(frequency: float, num_samples: int, rate: int = 16000) -> torch.Tensor:
+    return torch.sin(2 * math.pi * frequency * torch.arange(num_samples, dtype=torch.float64) / rate).float()
+
+
+@pytest.mark.parametrize("num_samples", [1, 399, 400, 401, 559, 560, 16000, 16001])
+def test_frame_count_formula(num_samples):
+    frontend = LogMelFrontend()
+    features = frontend(torch.randn(num_samples))
+    expected = 1 + max(0, num_samples - 400) // 160  # 25 ms window, 10 ms hop at 16 kHz
+    assert features.shape == (expected, 80) and features.dtype == torch.float32
+    assert frontend.num_frames(num_samples) == expected
+    assert torch.isfinite(features).all()
+
+
+def test_frame_matches_direct_windowed_rfft_reference():
+    frontend = LogMelFrontend(sample_rate=8000, n_mels=20, win_ms=25, hop_ms=10)
+    waveform = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    features = frontend(waveform)
+    win, hop, n_fft = frontend.win_length, frontend.hop_length, frontend.n_fft
+    window = torch.hann_window(win, periodic=True)
+    for t in range(features.shape[0]):  # plain loop reference, frame by frame
+        frame = waveform[t * hop : t * hop + win] * window
+        power = torch.fft.rfft(frame, n=n_fft).abs().square()
+        expected = torch.log(torch.clamp(power @ frontend.filters, min=1e-10))
+        torch.testing.assert_close(features[t], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_mel_scale_is_htk_and_invertible():
+    assert hz_to_mel(torch.tensor(700.0)).item() == pytest.approx(2595 * math.log10(2))
+    frequencies = torch.linspace(0, 8000, 17, dtype=torch.float64)
+    torch.testing.assert_close(mel_to_hz(hz_to_mel(frequencies)), frequencies)
+
+
+def test_mel_filter_properties():
+    filters = mel_filterbank(80, 512, 16000)  # [257, 80]
+    assert filters.shape == (257, 80)
+    assert (filters >= 0).all() and (filters <= 1 + 1e-6).all()
+    assert (filters.sum(dim=0) > 0).all()  # no empty filter
+    bin_hz = torch.linspace(0, 8000, 257)
+    centroids = (filters * bin_hz[:, None]).sum(0) / filters.sum(0)
+    assert (centroids[1:] > centroids[:-1]).all()  # ordered by frequency
+    widths = (filters > 0).sum(dim=0)
+    assert widths[-1] > widths[len(widths) // 2] > widths[0]  # wider at high frequency (mel spacing)
+    for m in range(80):  # each triangle is one rise then one fall: a single contiguous support
+        support = (filters[:, m] > 0).nonzero().flatten()
+        assert support[-1] - support[0] + 1 == support.numel()
+
+
+def test_too_many_mels_for_the_fft_is_rejected():
+    with pytest.raises(ValueError, match="cover no FFT bin"):
+        mel_filterbank(128, 64, 16000)
+
+
+@pytest.mark.parametrize("frequency", [300.0, 1000.0, 2500.0, 6000.0])
+def test_tone_energy_lands_in_its_mel_band(frequency):
+    frontend = LogMelFrontend()
+    features = frontend(tone(frequency, 8000))  # [T, 80]
+    loudest = features.mean(dim=0).argmax().item()
+    edges = mel_to_hz(torch.linspace(0, hz_to_mel(torch.tensor(8000.0)).item(), 82))
+    # the filter whose triangle contains the tone with the largest weight: the centre closest to the tone
+    expected = (edges[1:-1] - frequency).abs().argmin().item()
+    assert abs(loudest - expected) <= 1
+    assert features.mean(dim=0)[loudest] - features.mean(dim=0).median() > 20  # far above the other bands
+
+
+def test_normalizer_fit_gives_zero_mean_unit_variance_and_round_trips():
+    generator = torch.Generator().manual_seed(0)
+    utterances = [torch.randn(int(n), 6, generator=generator) * 3 + 1000.0 for n in (5, 17, 40, 1)]
+    normalizer = FeatureNormalizer.fit(iter(utterances))
+    normalised = normalizer(torch.cat(utterances))
+    torch.testing.assert_close(normalised.mean(dim=0), torch.zeros(6), atol=1e-4, rtol=0)
+    torch.testing.assert_close(normalised.std(dim=0, unbiased=False), torch.ones(6), atol=1e-4, rtol=0)
+    state = normalizer.to_dict()
+    assert all(type(value) is float for value in state["mean"] + state["std"])
+    restored = FeatureNormalizer.from_dict(state)
+    torch.testing.assert_close(restored.mean, normalizer.mean)
+    torch.testing.assert_close(restored.std, normalizer.std)
+
+
+def test_normalizer_constant_dimension_and_errors():
+    normalizer = FeatureNormalizer.fit([torch.ones(10, 2)])
+    assert torch.isfinite(normalizer(torch.ones(3, 2))).all()
+    with pytest.raises(DataError, match="no features"):
+        FeatureNormalizer.fit([])
+    with pytest.raises(DataError, match="invalid feature normalizer"):
+        FeatureNormalizer.from_dict({"mean": [0.0]})
+
+
+def mask_runs(masked: torch.Tensor) -> list[int]:
+    """Lengths of the runs of True in a bool vector."""
+    runs, current = [], 0
+    for value in masked.tolist() + [False]:
+        if value:
+            current += 1
+        elif current:
+            runs.append(current)
+            current = 0
+    return runs
+
+
+def test_spec_augment_masks_at_most_the_requested_widths():
+    augment = SpecAugment(freq_masks=1, freq_width=7, time_masks=1, time_width=11)
+    features = torch.randn(60, 30) + 10.0  # never zero by chance
+    longest_freq, longest_time = 0, 0
+    for seed in range(200):
+        out = augment(features, torch.Generator().manual_seed(seed))
+        zero = out == 0
+        freq_masked, time_masked = zero.all(dim=0), zero.all(dim=1)  # [F], [T]
+        assert (zero == (freq_masked[None, :] | time_masked[:, None])).all()  # only whole rows/columns
+        assert torch.equal(out[~zero], features[~zero])  # everything else untouched
+        freq_runs, time_runs = mask_runs(freq_masked), mask_runs(time_masked)
+        assert len(freq_runs) <= 1 and len(time_runs) <= 1
+        longest_freq = max([longest_freq] + freq_runs)
+        longest_time = max([longest_time] + time_runs)
+    assert longest_freq == 7 and longest_time == 11  # the full width is reached, never exceeded
+
+
+def test_spec_augment_deterministic_per_generator_and_disabled_is_identity():
+    augment = SpecAugment(freq_masks=2, freq_width=10, time_masks=2, time_width=20)
+    features = torch.randn(100, 80)
+    first = augment(features, torch.Generator().manual_seed(5))
+    assert torch.equal(first, augment(features, torch.Generator().manual_seed(5)))
+    assert not torch.equal(first, augment(features, torch.Generator().manual_seed(6)))
+    disabled = SpecAugment(freq_masks=0, freq_width=10, time_masks=2, time_width=0)
+    assert not disabled.enabled
+    assert disabled(features, torch.Generator().manual_seed(5)) is features
+
+
+def test_spec_augment_time_width_capped_by_short_utterances():
+    out = SpecAugment(freq_masks=0, freq_width=0, time_masks=3, time_width=50)(
+        torch.ones(4, 8), torch.Generator().manual_seed(1)
+    )
+    assert out.shape == (4, 8)
+    np.testing.assert_array_equal((out == 0).all(dim=1).numpy() | (out == 1).all(dim=1).numpy(), True)
