@@ -1,0 +1,151 @@
+"""JSON Lines manifests and ManifestDataset: parsing errors name file and line, skipping is counted, items."""
+
+import json
+import logging
+import math
+
+import pytest
+import torch
+
+from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
+from paraformer_asr.data.manifest import ManifestDataset, read_manifest
+from paraformer_asr.data.wav import write_wav
+from paraformer_asr.errors import DataError
+
+
+class DigitTokenizer:
+    """Duck-typed stand-in: digits 0-9 -> ids 4-13."""
+
+    def encode(self, text):
+        return [4 + int(char) for char in text]
+
+
+def make_corpus(folder, texts, rate=16000):
+    """One WAV per text (length grows with the text) in folder/wavs; returns manifest lines with relative paths."""
+    (folder / "wavs").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for index, text in enumerate(texts):
+        num_samples = 1600 * (len(text) + 1)
+        t = torch.arange(num_samples, dtype=torch.float64) / rate
+        write_wav(folder / "wavs" / f"u{index}.wav", 0.3 * torch.sin(2 * math.pi * 440 * (index + 1) * t), rate)
+        lines.append(json.dumps({"audio": f"wavs/u{index}.wav", "text": text, "id": f"utt{index}"}))
+    return lines
+
+
+def write_manifest(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_read_manifest_resolves_relative_paths_and_ids(tmp_path):
+    lines = make_corpus(tmp_path / "corpus", ["12", "345"])
+    lines.append("")  # blank lines are ignored
+    lines.append(json.dumps({"audio": str(tmp_path / "corpus" / "wavs" / "u0.wav"), "text": " 9 "}))
+    entries = read_manifest(write_manifest(tmp_path / "corpus" / "train.jsonl", lines))
+    assert [entry.id for entry in entries] == ["utt0", "utt1", "u0"]
+    assert [entry.text for entry in entries] == ["12", "345", "9"]
+    assert [entry.line_no for entry in entries] == [1, 2, 4]
+    assert entries[0].audio_path == tmp_path / "corpus" / "wavs" / "u0.wav"
+    assert entries[2].audio_path.is_file()
+
+
+BAD_LINES = {
+    "invalid_json": ('{"audio": "wavs/u0.wav", "text": ', "invalid JSON"),
+    "not_object": ("[1, 2]", "expected a JSON object"),
+    "missing_text": ('{"audio": "wavs/u0.wav"}', "missing or empty 'text'"),
+    "empty_text": ('{"audio": "wavs/u0.wav", "text": "  "}', "missing or empty 'text'"),
+    "missing_audio_field": ('{"text": "12"}', "missing or empty 'audio'"),
+    "missing_audio_file": ('{"audio": "wavs/nope.wav", "text": "12"}', "audio file not found"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_bad_line_names_manifest_and_line(tmp_path, name):
+    bad_line, reason = BAD_LINES[name]
+    lines = make_corpus(tmp_path, ["1", "2"])
+    manifest = write_manifest(tmp_path / "m.jsonl", [lines[0], bad_line, lines[1]])
+    with pytest.raises(DataError) as info:
+        read_manifest(manifest)
+    assert f"{manifest}:2" in str(info.value)
+    assert reason in str(info.value)
+
+
+def test_skip_bad_files_counts_and_warns(tmp_path, caplog):
+    lines = make_corpus(tmp_path, ["1", "2"])
+    bad = [BAD_LINES["invalid_json"][0], BAD_LINES["missing_audio_file"][0]]
+    manifest = write_manifest(tmp_path / "m.jsonl", [lines[0], *bad, lines[1]])
+    with caplog.at_level(logging.WARNING, logger="paraformer_asr"):
+        entries = read_manifest(manifest, skip_bad_files=True)
+    assert [entry.text for entry in entries] == ["1", "2"]
+    assert "skipped 2 bad line(s) of 4" in caplog.text and f"{manifest}:2" in caplog.text
+
+
+def test_manifest_with_nothing_usable_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="has no usable entries"):
+        read_manifest(write_manifest(tmp_path / "m.jsonl", ['{"text": "1"}']), skip_bad_files=True)
+    with pytest.raises(DataError, match="has no usable entries"):
+        read_manifest(write_manifest(tmp_path / "empty.jsonl", [""]))
+    with pytest.raises(DataError, match="manifest not found"):
+        read_manifest(tmp_path / "absent.jsonl")
+
+
+def test_dataset_items_follow_the_contract(tmp_path):
+    texts = ["1", "42", "907"]
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, texts)))
+    frontend = LogMelFrontend()
+    dataset = ManifestDataset(entries, DigitTokenizer(), frontend)
+    assert len(dataset) == 3
+    for index, text in enumerate(texts):
+        item = dataset[index]
+        num_samples = 1600 * (len(text) + 1)
+        assert set(item) == {"id", "features", "tokens", "text", "duration_s"}
+        assert item["id"] == f"utt{index}" and item["text"] == text
+        assert item["features"].shape == (frontend.num_frames(num_samples), 80)
+        assert item["features"].dtype == torch.float32
+        assert item["tokens"].dtype == torch.long and item["tokens"].tolist() == DigitTokenizer().encode(text)
+        assert item["duration_s"] == pytest.approx(num_samples / 16000)
+    assert dataset.frame_counts() == [item.shape[0] for item in dataset.feature_iterator()]
+
+
+def test_dataset_resamples_other_rates(tmp_path):
+    lines = make_corpus(tmp_path, ["12"], rate=22050)
+    dataset = ManifestDataset(read_manifest(write_manifest(tmp_path / "m.jsonl", lines)), DigitTokenizer(),
+                              LogMelFrontend())
+    assert dataset[0]["duration_s"] == pytest.approx(4800 / 22050, abs=1e-4)
+
+
+def test_normalisation_and_spec_augment_per_item(tmp_path):
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1", "22", "333", "4444"])))
+    plain = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    normalizer = FeatureNormalizer.fit(plain.feature_iterator())
+    everything = torch.cat([plain[i]["features"] for i in range(len(plain))])
+    augment = SpecAugment(freq_masks=2, freq_width=10, time_masks=1, time_width=5)
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), normalizer, augment, seed=3)
+    torch.testing.assert_close(next(dataset.feature_iterator()), plain[0]["features"])  # cache is raw log-mel
+    normalised = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), normalizer)
+    torch.testing.assert_close(torch.cat([normalised[i]["features"] for i in range(4)]).mean(0), torch.zeros(80),
+                               atol=1e-4, rtol=0)
+    assert everything.abs().mean() > 1  # raw features are far from normalised
+    first = [dataset[i]["features"] for i in range(4)]
+    again = [dataset[i]["features"] for i in range(4)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again))  # pure function of (seed, index, epoch)
+    assert any((f == 0).any() for f in first)
+    dataset.set_epoch(1)
+    assert not all(torch.equal(a, dataset[i]["features"]) for i, a in enumerate(first))
+    dataset.set_epoch(0)
+    assert all(torch.equal(a, dataset[i]["features"]) for i, a in enumerate(first))
+
+
+def test_unreadable_audio_names_file_and_line_or_is_skipped(tmp_path, caplog):
+    lines = make_corpus(tmp_path, ["1", "2", "3"])
+    (tmp_path / "wavs" / "u1.wav").write_bytes(b"RIFF....WAVEjunk")
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
+    with pytest.raises(DataError) as info:
+        ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    message = str(info.value)
+    assert f"{tmp_path / 'm.jsonl'}:2" in message and str(tmp_path / "wavs" / "u1.wav") in message
+    with caplog.at_level(logging.WARNING, logger="paraformer_asr"):
+        dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), skip_bad_files=True)
+    assert len(dataset) == 2 and dataset.num_skipped == 1
+    assert [dataset[i]["text"] for i in range(2)] == ["1", "3"]
+    assert "skipped 1 unreadable audio file(s) of 3" in caplog.text
