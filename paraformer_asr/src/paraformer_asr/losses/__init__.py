@@ -1,1 +1,5 @@
-"""Losses."""
+"""Loss functions (one place for each formula)."""
+
+from paraformer_asr.losses.seq_losses import ctc_loss, label_smoothed_cross_entropy, quantity_loss
+
+__all__ = ["label_smoothed_cross_entropy", "quantity_loss", "ctc_loss"]

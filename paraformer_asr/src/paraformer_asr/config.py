@@ -1,0 +1,315 @@
+"""Experiment configuration: YAML -> nested dataclasses with strict validation.
+
+Sections: ``run``, ``data``, ``model``, ``train``. Unknown keys, wrong types and impossible values
+raise :class:`ConfigError` naming the key, before anything is trained. ``--set section.key=value``
+overrides (value parsed as YAML) are applied to the raw mapping before parsing, so they get the
+same checks. Paths in a config are relative to the current working directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from paraformer_asr.errors import ConfigError
+
+SUBSAMPLING_FACTORS = {"none": 1, "2x": 2, "4x": 4}
+MODEL_TYPES = ("paraformer", "transformer_ar")
+
+
+def _choices(*values: str) -> dict:
+    return {"choices": values}
+
+
+@dataclass
+class RunConfig:
+    name: str = "paraformer"
+    output_dir: str = "runs"
+    seed: int = 0
+    device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
+
+
+@dataclass
+class ToyDataConfig:
+    """Synthetic 'speech-like' task (see data/toy.py)."""
+
+    alphabet: str = "abcdefghijklmnopqrst"
+    feature_dim: int = 40
+    num_train: int = 4000
+    num_val: int = 300
+    num_test: int = 300
+    min_tokens: int = 4
+    max_tokens: int = 12
+    min_frames_per_token: int = 6
+    max_frames_per_token: int = 12
+    transition_frames: int = 2
+    noise_std: float = 0.15
+    seed: int = 1234
+
+
+@dataclass
+class SpecAugmentConfig:
+    """Frequency/time masking for real speech, training only; all zeros = off."""
+
+    freq_masks: int = 0
+    freq_width: int = 0
+    time_masks: int = 0
+    time_width: int = 0
+
+
+@dataclass
+class DataConfig:
+    kind: str = field(default="toy", metadata=_choices("toy", "manifest"))
+    toy: ToyDataConfig = field(default_factory=ToyDataConfig)
+    train_manifest: Optional[str] = None
+    val_manifest: Optional[str] = None
+    test_manifest: Optional[str] = None
+    sample_rate: int = 16000
+    n_mels: int = 80
+    skip_bad_files: bool = False
+    spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+
+
+@dataclass
+class ModelConfig:
+    type: str = field(default="paraformer", metadata=_choices(*MODEL_TYPES))
+    d_model: int = 128
+    num_heads: int = 4
+    encoder_layers: int = 3
+    decoder_layers: int = 2
+    ffn_dim: int = 512
+    dropout: float = 0.1
+    subsampling: str = field(default="4x", metadata=_choices(*SUBSAMPLING_FACTORS))
+    subsampling_channels: int = 32
+    cif_kernel_size: int = 3
+    cif_threshold: float = 1.0
+    cif_tail_threshold: float = 0.5
+    glancing_ratio: float = 0.5
+    label_smoothing: float = 0.1
+    quantity_weight: float = 1.0
+    ctc_weight: float = 0.0
+    activation_checkpointing: bool = False
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 10
+    max_steps: Optional[int] = None
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    grad_clip: float = 5.0
+    amp: bool = False
+    accumulate_steps: int = 1
+    num_workers: int = 0
+    log_every: int = 20
+    checkpoint_every: int = 0
+    max_bad_batches: int = 5
+    compile: bool = False
+    plot_utterances: int = 3
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def subsampling_factor(self) -> int:
+        return SUBSAMPLING_FACTORS[self.model.subsampling]
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; return it (ints are accepted for floats)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], key)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{key}' must be a mapping, got {value!r}")
+        return _build(tp, value, key)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be {_type_name(bool)}, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}' must be {_type_name(int)}, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str) and _looks_like_number(value):
+            value = float(value)  # YAML 1.1 reads '1e-3' as a string
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}' must be {_type_name(float)}, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}' must be {_type_name(str)}, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config annotation {tp!r} for '{key}'")
+
+
+def _build(cls: type, data: dict, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            full = f"{prefix}.{key}" if prefix else str(key)
+            raise ConfigError(f"unknown config key '{full}' (known keys: {', '.join(sorted(known))})")
+    kwargs = {}
+    for name, f in known.items():
+        if name not in data:
+            continue
+        full = f"{prefix}.{name}" if prefix else name
+        value = _coerce(data[name], hints[name], full)
+        choices = f.metadata.get("choices")
+        if choices is not None and value not in choices:
+            raise ConfigError(f"config key '{full}' must be one of {list(choices)}, got {value!r}")
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _require(condition: bool, key: str, rule: str, value: Any) -> None:
+    if not condition:
+        raise ConfigError(f"config key '{key}' must be {rule}, got {value!r}")
+
+
+def validate(cfg: Config) -> Config:
+    """Check value ranges and cross-field rules; raise ConfigError naming the key."""
+    t, m, d = cfg.train, cfg.model, cfg.data
+    for key in ("epochs", "batch_size", "eval_batch_size", "accumulate_steps", "log_every", "max_bad_batches"):
+        _require(getattr(t, key) >= 1, f"train.{key}", ">= 1", getattr(t, key))
+    for key in ("warmup_steps", "num_workers", "checkpoint_every", "plot_utterances"):
+        _require(getattr(t, key) >= 0, f"train.{key}", ">= 0", getattr(t, key))
+    _require(t.max_steps is None or t.max_steps >= 1, "train.max_steps", ">= 1 or null", t.max_steps)
+    _require(t.lr > 0, "train.lr", "> 0", t.lr)
+    _require(t.weight_decay >= 0, "train.weight_decay", ">= 0", t.weight_decay)
+    _require(t.grad_clip > 0, "train.grad_clip", "> 0", t.grad_clip)
+
+    for key in ("d_model", "num_heads", "encoder_layers", "decoder_layers", "ffn_dim", "subsampling_channels",
+                "cif_kernel_size"):
+        _require(getattr(m, key) >= 1, f"model.{key}", ">= 1", getattr(m, key))
+    _require(m.d_model % m.num_heads == 0, "model.d_model", f"divisible by model.num_heads ({m.num_heads})", m.d_model)
+    _require(m.d_model % 2 == 0, "model.d_model", "even (sinusoidal positions)", m.d_model)
+    _require(m.cif_kernel_size % 2 == 1, "model.cif_kernel_size", "odd", m.cif_kernel_size)
+    _require(0 <= m.dropout < 1, "model.dropout", "in [0, 1)", m.dropout)
+    _require(m.cif_threshold > 0, "model.cif_threshold", "> 0", m.cif_threshold)
+    _require(0 < m.cif_tail_threshold < m.cif_threshold, "model.cif_tail_threshold",
+             "in (0, model.cif_threshold)", m.cif_tail_threshold)
+    _require(0 <= m.glancing_ratio <= 1, "model.glancing_ratio", "in [0, 1]", m.glancing_ratio)
+    _require(0 <= m.label_smoothing < 1, "model.label_smoothing", "in [0, 1)", m.label_smoothing)
+    _require(m.quantity_weight >= 0, "model.quantity_weight", ">= 0", m.quantity_weight)
+    _require(m.ctc_weight >= 0, "model.ctc_weight", ">= 0", m.ctc_weight)
+
+    if d.kind == "toy":
+        toy = d.toy
+        _require(len(toy.alphabet) >= 2, "data.toy.alphabet", "at least 2 characters", toy.alphabet)
+        _require(len(set(toy.alphabet)) == len(toy.alphabet), "data.toy.alphabet", "free of repeated characters",
+                 toy.alphabet)
+        for key in ("feature_dim", "num_train", "num_val", "num_test", "min_tokens", "min_frames_per_token"):
+            _require(getattr(toy, key) >= 1, f"data.toy.{key}", ">= 1", getattr(toy, key))
+        _require(toy.max_tokens >= toy.min_tokens, "data.toy.max_tokens", f">= data.toy.min_tokens ({toy.min_tokens})",
+                 toy.max_tokens)
+        _require(toy.max_frames_per_token >= toy.min_frames_per_token, "data.toy.max_frames_per_token",
+                 f">= data.toy.min_frames_per_token ({toy.min_frames_per_token})", toy.max_frames_per_token)
+        _require(0 <= toy.transition_frames < toy.min_frames_per_token, "data.toy.transition_frames",
+                 f"in [0, data.toy.min_frames_per_token ({toy.min_frames_per_token}))", toy.transition_frames)
+        _require(toy.noise_std >= 0, "data.toy.noise_std", ">= 0", toy.noise_std)
+        min_frames = toy.min_tokens * toy.min_frames_per_token
+        needed = {1: 1, 2: 3, 4: 7}[cfg.subsampling_factor]
+        _require(min_frames >= needed, "data.toy.min_frames_per_token",
+                 f"large enough that every utterance has >= {needed} frames for {m.subsampling} subsampling",
+                 toy.min_frames_per_token)
+    else:
+        _require(bool(d.train_manifest), "data.train_manifest", "set when data.kind is 'manifest'", d.train_manifest)
+        _require(bool(d.val_manifest), "data.val_manifest", "set when data.kind is 'manifest'", d.val_manifest)
+        _require(d.sample_rate >= 8000, "data.sample_rate", ">= 8000", d.sample_rate)
+        _require(d.n_mels >= 1, "data.n_mels", ">= 1", d.n_mels)
+        for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
+            value = getattr(d.spec_augment, key)
+            _require(value >= 0, f"data.spec_augment.{key}", ">= 0", value)
+    return cfg
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """'train.lr=3e-4' -> (['train', 'lr'], 0.0003); the value is parsed as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects section.key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if len(parts) < 2:
+        raise ConfigError(f"--set key must look like section.key, got {key!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc})") from exc
+    return parts, value
+
+
+def _looks_like_number(text: str) -> bool:
+    """True for strings such as '1e-3' (which YAML 1.1 leaves as strings)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return any(c.isdigit() for c in text)
+
+
+def _apply_override(raw: dict, parts: list[str], value: Any) -> None:
+    node = raw
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {'.'.join(parts)}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def config_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Build and validate a Config from a plain mapping plus ``section.key=value`` overrides."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config must be a mapping of sections, got {type(raw).__name__}")
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        _apply_override(raw, *parse_override(text))
+    return validate(_build(Config, raw, ""))
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config file, apply overrides, validate. Raises ConfigError naming file or key."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+    return config_from_dict(raw or {}, overrides)
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")

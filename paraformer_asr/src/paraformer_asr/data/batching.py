@@ -1,0 +1,131 @@
+"""Collation into padded batches and a length-bucketed, resumable batch sampler."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, fields
+
+import torch
+from torch.utils.data import Sampler
+
+from paraformer_asr.checks import lengths_to_mask
+
+
+@dataclass
+class Batch:
+    """A padded batch (masks are bool, True = valid).
+
+    features [B, T_max, F] float32 (zeros on padding), feat_lengths [B] long, feat_mask [B, T_max],
+    tokens [B, S_max] long (pad_id on padding, no bos/eos), token_lengths [B] long,
+    token_mask [B, S_max], durations [B] float32 seconds, boundaries [B, S_max] long (-1 on
+    padding) or None when the data has no known boundaries, ids / texts: lists of B strings.
+    """
+
+    features: torch.Tensor
+    feat_lengths: torch.Tensor
+    feat_mask: torch.Tensor
+    tokens: torch.Tensor
+    token_lengths: torch.Tensor
+    token_mask: torch.Tensor
+    durations: torch.Tensor
+    boundaries: torch.Tensor | None
+    ids: list[str]
+    texts: list[str]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        moved = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            moved[f.name] = value.to(device) if isinstance(value, torch.Tensor) else value
+        return Batch(**moved)
+
+    @property
+    def size(self) -> int:
+        return self.features.shape[0]
+
+
+def _pad_stack(tensors: list[torch.Tensor], fill: float | int) -> torch.Tensor:
+    """Stack tensors [L_i, ...] into [B, L_max, ...] filled with ``fill``."""
+    return torch.nn.utils.rnn.pad_sequence(tensors, batch_first=True, padding_value=fill)
+
+
+class Collator:
+    """Turns a list of dataset items into a :class:`Batch` (pads tokens with ``pad_id``)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, items: list[dict]) -> Batch:
+        feat_lengths = torch.tensor([item["features"].shape[0] for item in items], dtype=torch.long)
+        token_lengths = torch.tensor([item["tokens"].shape[0] for item in items], dtype=torch.long)
+        features = _pad_stack([item["features"].float() for item in items], 0.0)
+        tokens = _pad_stack([item["tokens"].long() for item in items], self.pad_id)
+        if tokens.shape[1] == 0:
+            tokens = tokens.new_full((len(items), 0), self.pad_id)
+        has_boundaries = all("boundaries" in item for item in items)
+        boundaries = _pad_stack([item["boundaries"].long() for item in items], -1) if has_boundaries else None
+        return Batch(
+            features=features,
+            feat_lengths=feat_lengths,
+            feat_mask=lengths_to_mask(feat_lengths, features.shape[1]),
+            tokens=tokens,
+            token_lengths=token_lengths,
+            token_mask=lengths_to_mask(token_lengths, tokens.shape[1]),
+            durations=torch.tensor([float(item["duration_s"]) for item in items], dtype=torch.float32),
+            boundaries=boundaries,
+            ids=[item["id"] for item in items],
+            texts=[item["text"] for item in items],
+        )
+
+
+class LengthBucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length so that padding stays small.
+
+    Per epoch: shuffle all indices (seeded by ``seed`` and the epoch), cut them into pools of
+    ``batch_size * pool_batches``, sort each pool by length, cut pools into batches, shuffle the
+    batch order. Without ``shuffle`` the indices are sorted by length once. The order is a pure
+    function of (seed, epoch), and ``start_batch`` skips batches already done (exact resume).
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, shuffle: bool = True, seed: int = 0,
+                 pool_batches: int = 50, drop_last: bool = False):
+        self.lengths = list(lengths)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.pool_batches = pool_batches
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.start_batch = 0
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        self.epoch = epoch
+        self.start_batch = start_batch
+
+    def batches(self) -> list[list[int]]:
+        """All batches of the current epoch, in order (before ``start_batch`` is applied)."""
+        order = list(range(len(self.lengths)))
+        if not self.shuffle:
+            order.sort(key=lambda i: self.lengths[i])
+            return self._cut(order)
+        rng = random.Random(self.seed * 100_003 + self.epoch)
+        rng.shuffle(order)
+        pool_size = self.batch_size * self.pool_batches
+        batches: list[list[int]] = []
+        for start in range(0, len(order), pool_size):
+            pool = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i])
+            batches.extend(self._cut(pool))
+        rng.shuffle(batches)
+        return batches
+
+    def _cut(self, indices: list[int]) -> list[list[int]]:
+        batches = [indices[i:i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def __iter__(self):
+        yield from self.batches()[self.start_batch:]
+
+    def __len__(self) -> int:
+        return max(0, len(self.batches()) - self.start_batch)

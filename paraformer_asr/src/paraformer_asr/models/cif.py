@@ -1,0 +1,209 @@
+"""Continuous integrate-and-fire (CIF) predictor, vectorised over time.
+
+The predictor gives every encoder frame a weight alpha_t in (0, 1). Reading the alphas as
+"amount of token" per frame, token k (0-based) owns the slice (k, k+1] of the running sum
+c_t = alpha_1 + ... + alpha_t (in units of the firing threshold). Frame t therefore contributes
+to token k with weight
+
+    w[t, k] = max(0, min(c_t, k + 1) - max(c_{t-1}, k))
+
+which is exactly what the sequential integrator does (accumulate until the sum reaches the
+threshold, fire, carry the remainder into the next token). Each frame touches at most
+ceil(max alpha) + 1 consecutive tokens, so the weights are computed for those candidates only
+and summed into the token slots with ``scatter_add_`` (no loop over frames).
+
+Token count: in training, the alphas are scaled so that they sum to the target length N
+(exactly N tokens fire). At inference N = floor(c_T) + [frac(c_T) >= tail_threshold], i.e.
+round(sum alpha) for tail_threshold 0.5: the leftover mass after the last full fire becomes a
+final token only if it is at least ``tail_threshold``, and such a partial token (mass < 1) is
+divided by its mass so that every acoustic embedding is a weighted mean of frames.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask, lengths_to_mask
+
+MIN_MASS = 1e-6
+
+
+@dataclass
+class CifOutput:
+    """alphas [B, T] raw predictor weights (0 on padding); alpha_sum [B] their sum (quantity);
+    integrated_alphas [B, T] the weights actually integrated (scaled to the target length in
+    training, equal to ``alphas`` at inference); embeddings [B, N, D]; token_mask [B, N] bool;
+    num_tokens [B] long; fire_frames [B, N] long (frame where token k fired, -1 on padding)."""
+
+    alphas: torch.Tensor
+    alpha_sum: torch.Tensor
+    integrated_alphas: torch.Tensor
+    embeddings: torch.Tensor
+    token_mask: torch.Tensor
+    num_tokens: torch.Tensor
+    fire_frames: torch.Tensor
+
+
+def inference_token_count(alphas: torch.Tensor, tail_threshold: float = 0.5) -> torch.Tensor:
+    """alphas [B, T] (threshold units) -> token count [B] long: full fires + 1 if the tail >= tail_threshold."""
+    total = alphas.sum(dim=1)
+    full = torch.floor(total)
+    return (full + (total - full >= tail_threshold).to(full.dtype)).long()
+
+
+def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
+                  num_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Vectorised integrate-and-fire.
+
+    hidden [B, T, D], alphas [B, T] (threshold units, >= 0, zero on padding), num_tokens [B] long
+    -> embeddings [B, N, D] (N = max num_tokens, zeros on padding), token_mask [B, N] bool,
+    fire_frames [B, N] long (first frame where c_t >= k + 1; the last valid frame for a partial
+    tail token; -1 on padding).
+    """
+    dims = assert_shape(hidden, "B,T,D", "cif hidden")
+    assert_shape(alphas, "B,T", "cif alphas", dims)
+    assert_shape(num_tokens, "B", "cif num_tokens", dims)
+    batch, frames, dim = hidden.shape
+    max_tokens = int(num_tokens.max()) if batch > 0 else 0
+    cumsum = torch.cumsum(alphas, dim=1)  # [B, T]  c_t
+    previous = cumsum - alphas  # [B, T]  c_{t-1}
+    touched = int(math.ceil(float(alphas.detach().max()))) + 1 if alphas.numel() > 0 else 1
+
+    first = torch.floor(previous.detach()).long().clamp(min=0)  # [B, T] first token each frame touches
+    candidates = first.unsqueeze(-1) + torch.arange(touched, device=hidden.device)  # [B, T, K] token ids
+    lower = torch.maximum(previous.unsqueeze(-1), candidates.to(alphas.dtype))
+    upper = torch.minimum(cumsum.unsqueeze(-1), candidates.to(alphas.dtype) + 1.0)
+    keep = candidates < num_tokens.view(batch, 1, 1)
+    weights = (upper - lower).clamp(min=0.0) * keep  # [B, T, K]
+    slots = torch.where(keep, candidates, torch.full_like(candidates, max_tokens))  # overflow slot N
+
+    flat_slots = slots.reshape(batch, frames * touched)  # [B, T*K]
+    contributions = (weights.unsqueeze(-1) * hidden.unsqueeze(2)).reshape(batch, frames * touched, dim)
+    sums = hidden.new_zeros(batch, max_tokens + 1, dim)
+    sums = sums.scatter_add(1, flat_slots.unsqueeze(-1).expand(-1, -1, dim), contributions)[:, :max_tokens]
+    mass = alphas.new_zeros(batch, max_tokens + 1).scatter_add(1, flat_slots, weights.reshape(batch, -1))
+    mass = mass[:, :max_tokens]  # [B, N]
+
+    token_mask = lengths_to_mask(num_tokens, max_tokens)
+    partial = token_mask & (mass < 1.0)
+    scale = torch.where(partial, 1.0 / mass.clamp(min=MIN_MASS), torch.ones_like(mass))
+    embeddings = sums * scale.unsqueeze(-1)
+
+    frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # last frame with alpha > 0
+    levels = torch.arange(1, max_tokens + 1, device=hidden.device, dtype=alphas.dtype).expand(batch, -1)
+    fire = torch.searchsorted(cumsum.detach().contiguous(), levels.contiguous())  # [B, N]
+    fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
+    fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))
+    return embeddings, token_mask, fire_frames
+
+
+class CifPredictor(nn.Module):
+    """Conv1d over time -> ReLU -> dropout -> Linear -> sigmoid gives alpha per encoder frame.
+
+    forward(hidden [B, T, D], mask [B, T] bool, target_lengths [B] | None) -> CifOutput.
+    With ``target_lengths`` (training) the alphas are scaled to sum to them; without, the token
+    count comes from :func:`inference_token_count`.
+    """
+
+    def __init__(self, d_model: int, kernel_size: int = 3, threshold: float = 1.0, tail_threshold: float = 0.5,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.d_model = d_model
+        self.threshold = threshold
+        self.tail_threshold = tail_threshold
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2)
+        self.dropout = nn.Dropout(dropout)
+        self.proj = nn.Linear(d_model, 1)
+
+    def predict_alphas(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """hidden [B, T, D], mask [B, T] -> alphas [B, T] in (0, 1), exactly 0 on padding."""
+        hidden = hidden.masked_fill(~mask.unsqueeze(-1), 0.0)  # the conv must see zeros past the end
+        x = torch.relu(self.conv(hidden.transpose(1, 2))).transpose(1, 2)  # [B, T, D]
+        alphas = torch.sigmoid(self.proj(self.dropout(x))).squeeze(-1)  # [B, T]
+        return alphas * mask
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor,
+                target_lengths: torch.Tensor | None = None) -> CifOutput:
+        dims = assert_shape(hidden, f"B,T,{self.d_model}", "predictor input")
+        check_padding_mask(mask, "predictor mask", (dims["B"], dims["T"]))
+        alphas = self.predict_alphas(hidden, mask)
+        check_finite(alphas, "cif alphas")
+        units = alphas / self.threshold
+        alpha_sum = units.sum(dim=1)  # [B]
+        if target_lengths is not None:
+            assert_shape(target_lengths, "B", "target_lengths", dims)
+            scale = target_lengths.to(units.dtype) / alpha_sum.clamp(min=MIN_MASS)
+            integrated = units * scale.unsqueeze(1)
+            num_tokens = target_lengths.long()
+        else:
+            integrated = units
+            num_tokens = inference_token_count(units, self.tail_threshold / self.threshold)
+        embeddings, token_mask, fire_frames = cif_integrate(hidden, integrated, num_tokens)
+        return CifOutput(alphas=alphas, alpha_sum=alpha_sum, integrated_alphas=integrated, embeddings=embeddings,
+                         token_mask=token_mask, num_tokens=num_tokens, fire_frames=fire_frames)
+
+
+def extract_token_positions(alphas: torch.Tensor, padding_mask: torch.Tensor, threshold: float = 1.0,
+                            tail_threshold: float = 0.5) -> list[list[int]]:
+    """Fire positions per utterance at inference: alphas [B, T] or [B, T, 1], mask [B, T] -> B lists of frames."""
+    if alphas.dim() == 3:
+        alphas = alphas.squeeze(-1)
+    units = (alphas * padding_mask) / threshold
+    counts = inference_token_count(units, tail_threshold / threshold)
+    hidden = units.new_zeros(units.shape[0], units.shape[1], 1)
+    _, token_mask, fire_frames = cif_integrate(hidden, units, counts)
+    return [row[m].tolist() for row, m in zip(fire_frames, token_mask)]
+
+
+def generate_alignment_targets(token_positions: list[list[int]], sequence_length: int, method: str = "boundary",
+                               sigma: float = 1.0) -> torch.Tensor:
+    """Known token end positions -> target alignment [B, T] float in [0, 1].
+
+    'boundary': 1.0 at every token's end frame, 0 elsewhere. 'gaussian': at each frame the
+    largest of exp(-(t - p)^2 / (2 sigma^2)) over the token positions p (0 when there are none).
+    """
+    if method not in ("boundary", "gaussian"):
+        raise ValueError(f"method must be 'boundary' or 'gaussian', got {method!r}")
+    batch = len(token_positions)
+    width = max((len(p) for p in token_positions), default=0)
+    positions = torch.full((batch, max(width, 1)), -1, dtype=torch.long)
+    for row, pos in enumerate(token_positions):  # B small lists -> one padded tensor
+        if pos:
+            positions[row, : len(pos)] = torch.tensor(pos, dtype=torch.long)
+    if bool((positions >= sequence_length).any()):
+        raise ValueError(f"a token position is >= sequence_length ({sequence_length})")
+    valid = positions >= 0  # [B, P]
+    frames = torch.arange(sequence_length, dtype=torch.float32)  # [T]
+    if method == "boundary":
+        hits = (frames.view(1, 1, -1) == positions.unsqueeze(-1).float()) & valid.unsqueeze(-1)  # [B, P, T]
+        return hits.any(dim=1).float()
+    bumps = torch.exp(-((frames.view(1, 1, -1) - positions.unsqueeze(-1).float()) ** 2) / (2 * sigma ** 2))
+    return (bumps * valid.unsqueeze(-1)).amax(dim=1) if width > 0 else torch.zeros(batch, sequence_length)
+
+
+def alignment_plot_data(cif: CifOutput, mask: torch.Tensor, true_boundaries: torch.Tensor | None = None,
+                        subsampling_factor: int = 1, limit: int = 3) -> list[dict]:
+    """Data to plot the alignment of the first ``limit`` utterances.
+
+    Returns dicts with 'alphas' (raw, per encoder frame), 'cumsum', 'fires' (frames where tokens
+    fired) and, when ``true_boundaries`` [B, S] (input-frame units, -1 padded) are given,
+    'boundaries' converted to encoder frames (index // subsampling_factor).
+    """
+    plots = []
+    for row in range(min(limit, cif.alphas.shape[0])):
+        length = int(mask[row].sum())
+        alphas = cif.alphas[row, :length].detach().float().cpu()
+        entry = {
+            "alphas": alphas.tolist(),
+            "cumsum": torch.cumsum(alphas, 0).tolist(),
+            "fires": cif.fire_frames[row][cif.token_mask[row]].tolist(),
+        }
+        if true_boundaries is not None:
+            bounds = true_boundaries[row][true_boundaries[row] >= 0]
+            entry["boundaries"] = torch.div(bounds, subsampling_factor, rounding_mode="floor").tolist()
+        plots.append(entry)
+    return plots

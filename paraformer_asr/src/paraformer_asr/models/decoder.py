@@ -1,0 +1,46 @@
+"""Non-autoregressive Paraformer decoder: all N tokens in one pass."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.checks import assert_shape, check_padding_mask
+from paraformer_asr.models.layers import DecoderBlock, PositionalEncoding
+
+
+class NarDecoder(nn.Module):
+    """forward(acoustic [B, N, D], token_mask [B, N], memory [B, T, D], memory_mask [B, T]) -> logits [B, N, V]
+
+    Inputs are the CIF acoustic embeddings (or their glancing mix with target embeddings) plus
+    sinusoidal positions; blocks use self-attention with a padding mask and no causal mask,
+    cross-attention to the encoder output and a feed-forward layer. ``token_embedding`` [V, D]
+    embeds target tokens for the glancing sampler.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
+                 dropout: float = 0.1):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        self.positions = PositionalEncoding(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, ffn_dim, dropout) for _ in range(num_layers))
+        self.final_norm = nn.LayerNorm(d_model)
+        self.output = nn.Linear(d_model, vocab_size)
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens [B, N] long -> [B, N, D]"""
+        return self.token_embedding(tokens)
+
+    def forward(self, acoustic: torch.Tensor, token_mask: torch.Tensor, memory: torch.Tensor,
+                memory_mask: torch.Tensor) -> torch.Tensor:
+        dims = assert_shape(acoustic, f"B,N,{self.d_model}", "decoder input")
+        assert_shape(memory, f"B,T,{self.d_model}", "decoder memory", dims)
+        check_padding_mask(token_mask, "decoder token_mask", (dims["B"], dims["N"]), allow_empty_rows=True)
+        check_padding_mask(memory_mask, "decoder memory_mask", (dims["B"], dims["T"]))
+        x = self.dropout(self.positions(acoustic))
+        for block in self.blocks:
+            x = block(x, token_mask, memory, memory_mask)
+        return self.output(self.final_norm(x))  # [B, N, V]

@@ -1,0 +1,93 @@
+"""Transformer building blocks shared by every model of the package (pre-norm residual blocks)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.models.attention import MultiHeadAttention
+
+
+class PositionalEncoding(nn.Module):
+    """Adds sinusoidal positions: x [B, T, D] -> [B, T, D]; ``offset`` shifts the first position."""
+
+    def __init__(self, d_model: int, max_len: int = 4096):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", self._table(max_len), persistent=False)
+
+    def _table(self, length: int) -> torch.Tensor:
+        position = torch.arange(length, dtype=torch.float32).unsqueeze(1)  # [L, 1]
+        freq = torch.exp(torch.arange(0, self.d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / self.d_model))
+        table = torch.zeros(length, self.d_model)
+        table[:, 0::2] = torch.sin(position * freq)
+        table[:, 1::2] = torch.cos(position * freq)
+        return table  # [L, D]
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        needed = offset + x.shape[1]
+        if needed > self.table.shape[0]:
+            self.table = self._table(max(needed, 2 * self.table.shape[0])).to(self.table.device)
+        return x + self.table[offset:needed].to(x.dtype).unsqueeze(0)
+
+
+class FeedForward(nn.Module):
+    """Linear -> ReLU -> dropout -> Linear: [B, T, D] -> [B, T, D]."""
+
+    def __init__(self, d_model: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(ffn_dim, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention (padding mask, no causal mask) + feed-forward, pre-norm residuals.
+
+    forward(x [B, T, D], mask [B, T] bool True = valid) -> [B, T, D]
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.norm_attn = nn.LayerNorm(d_model)
+        self.norm_ffn = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.norm_attn(x)
+        x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=mask))
+        return x + self.dropout(self.ffn(self.norm_ffn(x)))
+
+
+class DecoderBlock(nn.Module):
+    """Self-attention + cross-attention to the encoder output + feed-forward, pre-norm residuals.
+
+    forward(x [B, N, D], x_mask [B, N], memory [B, T, D], memory_mask [B, T],
+            self_attn_mask [N, N] or [B, N, N] | None) -> [B, N, D]
+    The non-autoregressive decoder passes no ``self_attn_mask``; an autoregressive decoder
+    passes a causal one (or uses the sub-modules directly with a key/value cache).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.norm_self = nn.LayerNorm(d_model)
+        self.norm_cross = nn.LayerNorm(d_model)
+        self.norm_ffn = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, x_mask: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
+                self_attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.norm_self(x)
+        x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=x_mask, attn_mask=self_attn_mask))
+        h = self.norm_cross(x)
+        x = x + self.dropout(self.cross_attn(h, memory, memory, key_padding_mask=memory_mask))
+        return x + self.dropout(self.ffn(self.norm_ffn(x)))

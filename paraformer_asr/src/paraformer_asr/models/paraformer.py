@@ -1,0 +1,121 @@
+"""The Paraformer: encoder -> CIF predictor -> non-autoregressive decoder (+ glancing, optional CTC).
+
+Model interface used by the training loop and the scripts (any model of the package offers it):
+    compute_loss(batch) -> LossOutput
+    greedy_decode(features, feat_mask) -> (tokens [B, T_out] long, lengths [B] long)
+    beam_search(features, feat_mask, beam_size) -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.checks import assert_shape, check_finite
+from paraformer_asr.config import ModelConfig
+from paraformer_asr.data.batching import Batch
+from paraformer_asr.decode.beam import PrefixScorer, factorized_beam_search
+from paraformer_asr.losses import ctc_loss, label_smoothed_cross_entropy, quantity_loss
+from paraformer_asr.models.cif import CifOutput, CifPredictor
+from paraformer_asr.models.ctc import CtcHead
+from paraformer_asr.models.decoder import NarDecoder
+from paraformer_asr.models.encoder import Encoder
+from paraformer_asr.models.glancing import glancing_mix
+
+
+@dataclass
+class LossOutput:
+    """total: scalar tensor to backpropagate; terms: every loss term as a detached scalar tensor
+    (keys 'ce', 'quantity', 'ctc' for the Paraformer); logits [B, N, V] of the trained pass;
+    cif: the predictor output (None for models without one)."""
+
+    total: torch.Tensor
+    terms: dict[str, torch.Tensor]
+    logits: torch.Tensor
+    cif: CifOutput | None
+
+
+class Paraformer(nn.Module):
+    def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, blank_id: int | None,
+                 subsampling_factor: int):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size = vocab_size
+        self.pad_id = pad_id
+        self.blank_id = blank_id
+        self.encoder = Encoder(input_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.ffn_dim, cfg.dropout,
+                               subsampling_factor, cfg.subsampling_channels, cfg.activation_checkpointing)
+        self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold,
+                                      cfg.dropout)
+        self.decoder = NarDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
+                                  cfg.dropout)
+        self.ctc = CtcHead(cfg.d_model, vocab_size) if cfg.ctc_weight > 0 else None
+        if self.ctc is not None and blank_id is None:
+            raise ValueError("ctc_weight > 0 needs a tokenizer with a blank token")
+
+    def encode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""
+        return self.encoder(features, feat_mask)
+
+    def forward(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor | None = None,
+                token_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, CifOutput]:
+        """One decoder pass, no glancing: -> (logits [B, N, V], cif).
+
+        With ``tokens`` [B, S] / ``token_lengths`` [B] the CIF is scaled to the true lengths
+        (N = S_max); without, N comes from the predicted alphas.
+        """
+        encoder_out, enc_mask = self.encode(features, feat_mask)
+        cif = self.predictor(encoder_out, enc_mask, token_lengths)
+        logits = self.decoder(cif.embeddings, cif.token_mask, encoder_out, enc_mask)
+        return logits, cif
+
+    def compute_loss(self, batch: Batch) -> LossOutput:
+        """CE (label smoothing, valid tokens) + quantity_weight * |sum alpha - N| + ctc_weight * CTC."""
+        encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)
+        cif = self.predictor(encoder_out, enc_mask, batch.token_lengths)
+        targets, token_mask = batch.tokens, cif.token_mask
+        assert_shape(targets, f"{targets.shape[0]},{cif.embeddings.shape[1]}", "target tokens")
+        decoder_input = cif.embeddings
+        if self.training and self.cfg.glancing_ratio > 0:
+            with torch.no_grad():
+                first_pass = self.decoder(cif.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)
+            decoder_input, _ = glancing_mix(cif.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
+                                            token_mask, self.cfg.glancing_ratio)
+        logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)
+        ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)
+        quantity = quantity_loss(cif.alpha_sum, batch.token_lengths)
+        total = ce + self.cfg.quantity_weight * quantity
+        terms = {"ce": ce.detach(), "quantity": quantity.detach()}
+        if self.ctc is not None:
+            ctc = ctc_loss(self.ctc(encoder_out), enc_mask.sum(1), targets, batch.token_lengths, self.blank_id)
+            total = total + self.cfg.ctc_weight * ctc
+            terms["ctc"] = ctc.detach()
+        return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
+
+    @torch.no_grad()
+    def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
+        """Inference pass: -> (log_probs [B, N, V] with N from round(sum alpha), cif)."""
+        logits, cif = self.forward(features, feat_mask)
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        check_finite(log_probs, "decoder log_probs")
+        return log_probs, cif
+
+    @torch.no_grad()
+    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> tokens [B, T_out] long (pad_id past each length), lengths [B] long. One decoder pass."""
+        log_probs, cif = self.posteriors(features, feat_mask)
+        tokens = log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id)
+        return tokens, cif.num_tokens
+
+    @torch.no_grad()
+    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
+                    prefix_scorer: PrefixScorer | None = None,
+                    scorer_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam]."""
+        log_probs, cif = self.posteriors(features, feat_mask)
+        tokens, scores = factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, prefix_scorer,
+                                                scorer_weight)
+        lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()
+        return tokens, scores, lengths
