@@ -72,12 +72,13 @@ class CharNgramLM:
     def fit(self, sequences: Iterable[Sequence[int]]) -> CharNgramLM:
         """Estimate from token-id sequences (transcripts without bos/eos). Returns self."""
         counts: Counter[tuple[int, ...]] = Counter()
+        allowed = set(self.predictable.nonzero().flatten().tolist()) - {self.eos_id}
         num_sequences = 0
         for sequence in sequences:
             tokens = [int(t) for t in sequence]
-            for token in tokens:
-                if not (0 <= token < self.vocab_size and self.predictable[token]) or token == self.eos_id:
-                    raise ValueError(f"token {token} cannot occur inside a training sequence")
+            bad = set(tokens) - allowed
+            if bad:
+                raise ValueError(f"token ids {sorted(bad)} cannot occur inside a training sequence")
             padded = [self.bos_id] * (self.order - 1) + tokens + [self.eos_id]
             counts.update(tuple(padded[i : i + self.order]) for i in range(len(padded) - self.order + 1))
             num_sequences += 1
