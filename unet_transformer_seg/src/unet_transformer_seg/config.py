@@ -1,0 +1,272 @@
+"""Config: YAML -> nested dataclasses, strict validation, `--set section.key=value` overrides.
+
+Every field may carry metadata: `choices` (allowed values), `min` / `max` (inclusive bounds), `gt` (strict lower
+bound). Unknown keys, wrong types and impossible values raise ConfigError naming the key, before anything is built.
+Paths in a config are relative to the current working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import yaml
+
+from .errors import ConfigError
+
+
+def _field(default, **rules):
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=rules)
+    return field(default=default, metadata=rules)
+
+
+@dataclass
+class RunConfig:
+    name: str = _field("run")
+    output_dir: str = _field("runs")
+    seed: int = _field(0, min=0)
+    device: str = _field("auto", choices=("auto", "cpu", "cuda"))
+
+
+@dataclass
+class DataConfig:
+    kind: str = _field("toy", choices=("toy", "folder"))
+    root: Optional[str] = _field(None)
+    image_size: int = _field(64, min=8)
+    in_channels: int = _field(3, choices=(1, 3))
+    num_classes: int = _field(4, min=2)
+    # toy set only
+    train_size: int = _field(2000, min=1)
+    val_size: int = _field(200, min=1)
+    test_size: int = _field(200, min=1)
+    binary: bool = _field(False)
+    max_shapes: int = _field(3, min=1)
+    noise_std: float = _field(0.05, min=0.0)
+    # folder set only: colour of each class id (index = class id), for RGB masks
+    palette: Optional[List[List[int]]] = _field(None)
+    # both
+    resize_mode: str = _field("resize", choices=("resize", "random_crop"))
+    hflip: bool = _field(True)
+    vflip: bool = _field(True)
+    rot90: bool = _field(True)
+    mean: float = _field(0.5)
+    std: float = _field(0.25, gt=0.0)
+
+
+@dataclass
+class ModelConfig:
+    type: str = _field("unet_transformer", choices=("unet", "unet_transformer"))
+    base_channels: int = _field(16, min=1)
+    depth: int = _field(3, min=1, max=6)
+    norm: str = _field("batch", choices=("batch", "group"))
+    transformer_layers: int = _field(2, min=1)
+    num_heads: int = _field(4, min=1)
+    mlp_ratio: float = _field(2.0, gt=0.0)
+    dropout: float = _field(0.0, min=0.0, max=0.9)
+    attention: str = _field("explicit", choices=("explicit", "sdpa"))
+    activation_checkpointing: bool = _field(False)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = _field(10, min=1)
+    max_steps: Optional[int] = _field(None, min=1)
+    batch_size: int = _field(16, min=1)
+    eval_batch_size: int = _field(64, min=1)
+    lr: float = _field(1e-3, gt=0.0)
+    weight_decay: float = _field(1e-4, min=0.0)
+    warmup_steps: int = _field(50, min=0)
+    grad_clip: Optional[float] = _field(1.0, gt=0.0)
+    amp: bool = _field(False)
+    accumulate_steps: int = _field(1, min=1)
+    num_workers: int = _field(0, min=0)
+    log_every: int = _field(20, min=1)
+    loss: str = _field("ce_dice", choices=("ce", "dice", "ce_dice", "bce", "bce_dice"))
+    checkpoint_every: int = _field(0, min=0)
+    compile: bool = _field(False)
+    compile_backend: str = _field("inductor", choices=("inductor", "aot_eager", "eager"))
+    detect_anomaly: bool = _field(False)
+    num_plot_images: int = _field(4, min=0)
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+_SECTION_CLASSES = {"run": RunConfig, "data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+
+
+def _type_name(annotation) -> str:
+    return getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
+
+
+def _coerce(key: str, value: Any, annotation) -> Any:
+    """Check `value` against a type annotation (int, float, bool, str, Optional[X], List[X]); return it converted."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Union:
+        if value is None:
+            return None
+        inner = [a for a in args if a is not type(None)][0]
+        return _coerce(key, value, inner)
+    if origin in (list, List):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
+        return [_coerce(f"{key}[{i}]", item, args[0]) for i, item in enumerate(value)]
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"config key '{key}' must be true or false, got {type(value).__name__} {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"config key '{key}' must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key '{key}' must be a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"config key '{key}' must be a string, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"config key '{key}' has unsupported type {_type_name(annotation)}")
+
+
+def _check_rules(key: str, value: Any, rules: Dict[str, Any]) -> None:
+    if value is None:
+        return
+    if "choices" in rules and value not in rules["choices"]:
+        allowed = ", ".join(str(c) for c in rules["choices"])
+        raise ConfigError(f"config key '{key}' must be one of {allowed}, got {value!r}")
+    if "min" in rules and value < rules["min"]:
+        raise ConfigError(f"config key '{key}' must be >= {rules['min']}, got {value!r}")
+    if "max" in rules and value > rules["max"]:
+        raise ConfigError(f"config key '{key}' must be <= {rules['max']}, got {value!r}")
+    if "gt" in rules and not value > rules["gt"]:
+        raise ConfigError(f"config key '{key}' must be > {rules['gt']}, got {value!r}")
+
+
+def _build_section(section: str, values: Any):
+    cls = _SECTION_CLASSES[section]
+    if values is None:
+        values = {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"config section '{section}' must be a mapping, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        full_key = f"{section}.{key}"
+        if key not in known:
+            raise ConfigError(f"unknown config key '{full_key}' (known keys: {', '.join(known)})")
+        coerced = _coerce(full_key, value, hints[key])
+        _check_rules(full_key, coerced, dict(known[key].metadata))
+        kwargs[key] = coerced
+    return cls(**kwargs)
+
+
+def _check_cross_fields(cfg: Config) -> None:
+    data, model, train = cfg.data, cfg.model, cfg.train
+    if data.kind == "folder" and not data.root:
+        raise ConfigError("config key 'data.root' must name a folder when data.kind is folder")
+    factor = 2 ** model.depth
+    if data.image_size % factor:
+        raise ConfigError(
+            f"config key 'data.image_size' must be divisible by 2**model.depth = {factor}, got {data.image_size}"
+        )
+    bottleneck_channels = model.base_channels * factor
+    if model.type == "unet_transformer":
+        if bottleneck_channels % model.num_heads:
+            raise ConfigError(
+                f"config key 'model.num_heads' must divide the bottleneck width "
+                f"base_channels * 2**depth = {bottleneck_channels}, got {model.num_heads}"
+            )
+        if bottleneck_channels % 4:
+            raise ConfigError(
+                f"config key 'model.base_channels' must make the bottleneck width divisible by 4 for the 2D "
+                f"positional encoding, got {bottleneck_channels}"
+            )
+    if data.binary and data.num_classes != 2:
+        raise ConfigError(f"config key 'data.num_classes' must be 2 when data.binary is true, got {data.num_classes}")
+    if train.loss in ("bce", "bce_dice") and data.num_classes != 2:
+        raise ConfigError(f"config key 'train.loss' {train.loss!r} needs data.num_classes 2, got {data.num_classes}")
+    if data.palette is not None:
+        if len(data.palette) != data.num_classes:
+            raise ConfigError(
+                f"config key 'data.palette' must list one colour per class ({data.num_classes}), "
+                f"got {len(data.palette)}"
+            )
+        for class_id, colour in enumerate(data.palette):
+            if len(colour) != 3 or not all(0 <= c <= 255 for c in colour):
+                raise ConfigError(f"config key 'data.palette[{class_id}]' must be [r, g, b] in 0..255, got {colour}")
+        if len({tuple(c) for c in data.palette}) != len(data.palette):
+            raise ConfigError("config key 'data.palette' lists the same colour twice")
+
+
+def config_from_dict(raw: Any) -> Config:
+    """Validate a plain mapping (as read from YAML) and build a Config."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config must be a mapping of sections, got {type(raw).__name__}")
+    for section in raw:
+        if section not in _SECTION_CLASSES:
+            raise ConfigError(f"unknown config section '{section}' (known: {', '.join(_SECTION_CLASSES)})")
+    cfg = Config(**{name: _build_section(name, raw.get(name)) for name in _SECTION_CLASSES})
+    _check_cross_fields(cfg)
+    return cfg
+
+
+def config_to_dict(cfg: Config) -> Dict[str, Any]:
+    """Plain nested dict (only str/int/float/bool/None/list) — safe in checkpoints and YAML."""
+    return dataclasses.asdict(cfg)
+
+
+def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
+    """Apply `section.key=value` strings (value parsed as YAML) to a raw config mapping, returning a new mapping."""
+    merged = {section: dict(values or {}) for section, values in (raw or {}).items()}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects section.key=value, got {item!r}")
+        dotted, text = item.split("=", 1)
+        parts = dotted.strip().split(".")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"--set key must look like section.key, got {dotted!r}")
+        section, key = parts
+        if section not in _SECTION_CLASSES:
+            raise ConfigError(f"unknown config section '{section}' in --set {item!r}")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set {dotted}: value {text!r} is not valid YAML ({exc})") from None
+        merged.setdefault(section, {})[key] = value
+    return merged
+
+
+def read_yaml(path: str | Path) -> Dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    return raw or {}
+
+
+def load_config(path: Optional[str | Path], overrides: Sequence[str] = ()) -> Config:
+    """Read a YAML file (or start from defaults when path is None), apply overrides, validate."""
+    raw = read_yaml(path) if path is not None else {}
+    return config_from_dict(apply_overrides(raw, overrides))
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))

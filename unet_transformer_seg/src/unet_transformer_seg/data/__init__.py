@@ -1,0 +1,1 @@
+"""Datasets (toy shapes, image folders), image I/O and transforms."""

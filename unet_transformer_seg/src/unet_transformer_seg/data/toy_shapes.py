@@ -1,0 +1,115 @@
+"""Toy shapes: a background with circles, squares and triangles drawn on it.
+
+`ToyShapesDataset(...)[i]` is a pure function of (seed, split, i): every call, epoch and DataLoader worker gets the
+same sample, because each sample draws from its own generator `np.random.default_rng([seed, split_id, i])`.
+
+Classes: 0 background, 1 circle, 2 square, 3 triangle (binary mode: 0 background, 1 any shape). Shapes may overlap;
+a later shape hides an earlier one in both image and mask.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import torch
+
+from .image_io import convert_channels
+
+SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
+CLASS_NAMES = ("background", "circle", "square", "triangle")
+MIN_COLOUR_DISTANCE = 0.35
+
+
+def _distinct_colour(rng: np.random.Generator, background: np.ndarray) -> np.ndarray:
+    """A colour at least MIN_COLOUR_DISTANCE (L2, RGB in [0,1]) away from the background."""
+    colour = rng.uniform(0.0, 1.0, size=3)
+    gap = colour - background
+    distance = float(np.linalg.norm(gap))
+    if distance < MIN_COLOUR_DISTANCE:
+        direction = gap / distance if distance > 1e-6 else np.array([1.0, -1.0, 1.0]) / np.sqrt(3.0)
+        colour = np.clip(background + direction * MIN_COLOUR_DISTANCE, 0.0, 1.0)
+        if np.linalg.norm(colour - background) < MIN_COLOUR_DISTANCE:
+            colour = np.where(background > 0.5, 0.0, 1.0)
+    return colour
+
+
+def _shape_mask(kind: int, rng: np.random.Generator, size: int, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """Boolean [H, W] mask of one shape with random size, position (and orientation for triangles)."""
+    radius = rng.uniform(0.10, 0.22) * size
+    cy, cx = rng.uniform(radius, size - radius, size=2)
+    if kind == 1:  # circle
+        return (ys - cy) ** 2 + (xs - cx) ** 2 <= radius**2
+    if kind == 2:  # axis-aligned square with half side `radius * 0.85`
+        half = radius * 0.85
+        return (np.abs(ys - cy) <= half) & (np.abs(xs - cx) <= half)
+    # triangle: three vertices on the circle of `radius`, random rotation; inside = same side of all three edges
+    angle0 = rng.uniform(0.0, 2.0 * np.pi)
+    angles = angle0 + np.array([0.0, 2.0 * np.pi / 3.0, 4.0 * np.pi / 3.0])
+    vy, vx = cy + radius * np.sin(angles), cx + radius * np.cos(angles)
+    signs = []
+    for a, b in ((0, 1), (1, 2), (2, 0)):
+        signs.append((vx[b] - vx[a]) * (ys - vy[a]) - (vy[b] - vy[a]) * (xs - vx[a]))
+    signs = np.stack(signs)  # [3, H, W]
+    return (signs >= 0).all(axis=0) | (signs <= 0).all(axis=0)
+
+
+def generate_sample(
+    seed: int, split_id: int, index: int, image_size: int, max_shapes: int, noise_std: float
+) -> Tuple[np.ndarray, np.ndarray]:
+    """One sample: image [H, W, 3] float32 in [0, 1] and mask [H, W] int64 with class ids 0..3."""
+    rng = np.random.default_rng([seed, split_id, index])
+    ys, xs = np.meshgrid(np.arange(image_size) + 0.5, np.arange(image_size) + 0.5, indexing="ij")
+    background = rng.uniform(0.0, 1.0, size=3)
+    tilt = rng.uniform(-0.15, 0.15, size=(2, 3))  # a gentle colour gradient over the image
+    image = background + (ys / image_size - 0.5)[..., None] * tilt[0] + (xs / image_size - 0.5)[..., None] * tilt[1]
+    mask = np.zeros((image_size, image_size), dtype=np.int64)
+    for _ in range(int(rng.integers(1, max_shapes + 1))):
+        kind = int(rng.integers(1, 4))
+        region = _shape_mask(kind, rng, image_size, ys, xs)
+        image[region] = _distinct_colour(rng, background)
+        mask[region] = kind
+    image = image + rng.normal(0.0, noise_std, size=image.shape)
+    return np.clip(image, 0.0, 1.0).astype(np.float32), mask
+
+
+class ToyShapesDataset(torch.utils.data.Dataset):
+    """Items: image [C, H, W] float32 in [0, 1] (C = in_channels), mask [H, W] int64 in [0, num_classes)."""
+
+    def __init__(
+        self,
+        size: int,
+        image_size: int = 64,
+        seed: int = 0,
+        split: str = "train",
+        in_channels: int = 3,
+        binary: bool = False,
+        max_shapes: int = 3,
+        noise_std: float = 0.05,
+    ):
+        self.size = size
+        self.image_size = image_size
+        self.seed = seed
+        self.split_id = SPLIT_IDS[split]
+        self.in_channels = in_channels
+        self.binary = binary
+        self.max_shapes = max_shapes
+        self.noise_std = noise_std
+        self.num_classes = 2 if binary else len(CLASS_NAMES)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= index < self.size:
+            raise IndexError(f"index {index} out of range for {self.size} toy images")
+        image, mask = generate_sample(
+            self.seed, self.split_id, index, self.image_size, self.max_shapes, self.noise_std
+        )
+        if self.binary:
+            mask = (mask > 0).astype(np.int64)
+        image_t = convert_channels(torch.from_numpy(image).permute(2, 0, 1), self.in_channels)  # [C, H, W]
+        return image_t, torch.from_numpy(mask)
+
+    def name(self, index: int) -> str:
+        return f"toy_{index:06d}"

@@ -1,0 +1,125 @@
+"""U-Net and the U-Net with a transformer bottleneck.
+
+Input sizes: H and W must be multiples of 2**depth (each level halves them). Other sizes raise ShapeError with the
+nearest valid sizes; the scripts resize images to data.image_size (a valid size, checked in the config) before the
+model sees them, and resize predictions back, so users never have to pad.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..checks import assert_shape, check_finite
+from ..errors import ShapeError
+from .transformer import TransformerBottleneck
+
+
+def make_norm(kind: str, channels: int) -> nn.Module:
+    if kind == "batch":
+        return nn.BatchNorm2d(channels)
+    return nn.GroupNorm(math.gcd(8, channels), channels)
+
+
+class ConvBlock(nn.Module):
+    """(conv3x3 -> norm -> ReLU) x 2; [B, C_in, H, W] -> [B, C_out, H, W]."""
+
+    def __init__(self, in_channels: int, out_channels: int, norm: str):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False),
+            make_norm(norm, out_channels),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False),
+            make_norm(norm, out_channels),
+            nn.ReLU(inplace=True),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class UNet(nn.Module):
+    """forward(x [B, C_in, H, W]) -> logits [B, K, H, W]; H, W multiples of 2**depth.
+
+    Level i (0..depth-1) has base_channels * 2**i channels; the bottleneck has base_channels * 2**depth.
+    `bottleneck_transform` maps the bottleneck features [B, C_b, H/2**depth, W/2**depth] to the same shape
+    (identity here; a transformer in UNetTransformer).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, base_channels: int = 16, depth: int = 3, norm="batch"):
+        super().__init__()
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.depth = depth
+        widths = [base_channels * 2**level for level in range(depth + 1)]
+        self.encoders = nn.ModuleList()
+        previous = in_channels
+        for width in widths[:-1]:
+            self.encoders.append(ConvBlock(previous, width, norm))
+            previous = width
+        self.pool = nn.MaxPool2d(2)
+        self.bottleneck = ConvBlock(widths[-2], widths[-1], norm)
+        self.bottleneck_transform: nn.Module = nn.Identity()
+        self.upsamplers = nn.ModuleList(
+            nn.ConvTranspose2d(widths[level + 1], widths[level], 2, stride=2) for level in reversed(range(depth))
+        )
+        self.decoders = nn.ModuleList(
+            ConvBlock(2 * widths[level], widths[level], norm) for level in reversed(range(depth))
+        )
+        self.head = nn.Conv2d(widths[0], out_channels, 1)
+        self.bottleneck_channels = widths[-1]
+
+    def check_input(self, x: torch.Tensor) -> dict:
+        dims = assert_shape(x, f"B,{self.in_channels},H,W", name="model input")
+        factor = 2**self.depth
+        if dims["H"] % factor or dims["W"] % factor:
+            def nearest(size):
+                return max(factor, round(size / factor) * factor)
+
+            raise ShapeError(
+                f"model input is {dims['H']}x{dims['W']} but height and width must be multiples of 2**depth = "
+                f"{factor} (e.g. {nearest(dims['H'])}x{nearest(dims['W'])}); resize or pad the image"
+            )
+        check_finite(x, "model input")
+        return dims
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dims = self.check_input(x)
+        skips = []
+        for encoder in self.encoders:
+            x = encoder(x)  # [B, C_i, H/2**i, W/2**i]
+            skips.append(x)
+            x = self.pool(x)
+        x = self.bottleneck_transform(self.bottleneck(x))  # [B, C_b, H/2**depth, W/2**depth]
+        for upsample, decoder, skip in zip(self.upsamplers, self.decoders, reversed(skips)):
+            x = decoder(torch.cat([upsample(x), skip], dim=1))
+        logits = self.head(x)
+        assert_shape(logits, f"B,{self.out_channels},H,W", name="model logits", dims=dims)
+        return logits
+
+
+class UNetTransformer(UNet):
+    """The same U-Net with L transformer blocks over the h*w bottleneck tokens; same contract as UNet."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        base_channels: int = 16,
+        depth: int = 3,
+        norm: str = "batch",
+        transformer_layers: int = 2,
+        num_heads: int = 4,
+        mlp_ratio: float = 2.0,
+        dropout: float = 0.0,
+        attention: str = "explicit",
+        activation_checkpointing: bool = False,
+    ):
+        super().__init__(in_channels, out_channels, base_channels, depth, norm)
+        self.bottleneck_transform = TransformerBottleneck(
+            self.bottleneck_channels, transformer_layers, num_heads, mlp_ratio, dropout, attention,
+            activation_checkpointing,
+        )

@@ -1,0 +1,1 @@
+"""Training loop, evaluation, checkpoints, run folder, plots, multi-process helpers."""

@@ -1,0 +1,374 @@
+"""The training loop: AdamW, linear warmup then cosine decay, gradient clipping, torch.amp, gradient accumulation,
+optional activation checkpointing / torch.compile / DistributedDataParallel, validation every epoch, exact resume.
+
+Batch order is a pure function of (seed, epoch) (DistributedSampler with drop_last) and augmentation a pure function
+of (seed, epoch, index), so resuming only needs the position (epoch, step within epoch) plus the model, optimizer,
+scheduler, scaler and RNG states stored in the checkpoint.
+`train.batch_size` is per process and per micro-step: one optimizer step sees
+batch_size * accumulate_steps * world_size images.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+from tqdm import tqdm
+
+from ..checks import check_finite
+from ..config import Config, config_to_dict, save_config
+from ..data.datasets import build_datasets, eval_collate
+from ..errors import ConfigError, DataError
+from ..losses import build_loss, logits_to_labels
+from ..models import build_model
+from .checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
+from .distributed import (
+    DistInfo, all_reduce_sum, broadcast_object, init_distributed, max_weight_difference_across_ranks,
+    shutdown_distributed,
+)
+from .evaluate import evaluate
+from .plots import plot_curves, plot_samples
+from .run_folder import close_logger, create_run_dir, setup_logger, write_history
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    stopped_by_signal: Optional[int] = None
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("config key 'run.device' is cuda but no CUDA device is available")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int):
+    """Multiplier of the base lr: linear from 1/warmup to 1 over warmup_steps, then cosine down to 0 at total_steps."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def epoch_micro_batches(
+    num_items: int, batch_size: int, count: int, seed: int, epoch: int, dist_info: DistInfo
+) -> List[List[int]]:
+    """The first `count` micro-batches of this rank's shuffled indices for `epoch`."""
+    sampler = DistributedSampler(
+        range(num_items), num_replicas=dist_info.world_size, rank=dist_info.rank, shuffle=True, seed=seed,
+        drop_last=True,
+    )
+    sampler.set_epoch(epoch)
+    indices = list(sampler)
+    return [indices[i * batch_size : (i + 1) * batch_size] for i in range(count)]
+
+
+class StopSignal:
+    """SIGINT/SIGTERM set a flag; the loop finishes the current step, saves last.pt and stops."""
+
+    def __init__(self):
+        self.signal_number: Optional[int] = None
+        self.previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signal_number, _frame):
+        self.signal_number = signal_number
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+class Trainer:
+    def __init__(self, cfg: Config, resume_state: Optional[Dict] = None, resume_path: Optional[Path] = None):
+        self.cfg = cfg
+        self.device = resolve_device(cfg.run.device)
+        self.dist = init_distributed(self.device.type)
+        if self.device.type == "cuda":
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.resume_state = resume_state
+        self.resume_path = resume_path
+
+    # ----- setup -----
+    def _run_dir(self) -> Path:
+        path = None
+        if self.dist.is_main:
+            reuse = self.resume_path is not None and self.resume_path.parent.name == "checkpoints"
+            reuse = reuse and (self.resume_path.parent.parent / "config.yaml").is_file()
+            if reuse:
+                path = self.resume_path.parent.parent
+            else:
+                path = create_run_dir(self.cfg.run.output_dir, self.cfg.run.name)
+        return Path(broadcast_object(str(path) if path else None, self.dist))
+
+    def _build(self) -> None:
+        cfg = self.cfg
+        seed_everything(cfg.run.seed)
+        datasets = build_datasets(cfg)
+        self.train_set, self.val_set = datasets["train"], datasets["val"]
+        world = self.dist.world_size
+        self.micro_per_epoch = (len(self.train_set) // world) // cfg.train.batch_size
+        self.steps_per_epoch = self.micro_per_epoch // cfg.train.accumulate_steps
+        if self.steps_per_epoch == 0:
+            raise DataError(
+                f"training set of {len(self.train_set)} images is too small for one step of train.batch_size "
+                f"{cfg.train.batch_size} x train.accumulate_steps {cfg.train.accumulate_steps} x {world} process(es)"
+            )
+        self.total_steps = cfg.train.epochs * self.steps_per_epoch
+        if cfg.train.max_steps is not None:
+            self.total_steps = min(self.total_steps, cfg.train.max_steps)
+        self.model = build_model(cfg).to(self.device)
+        self.loss_fn = build_loss(cfg.train.loss)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, warmup_cosine(cfg.train.warmup_steps, self.total_steps)
+        )
+        self.use_amp = cfg.train.amp and self.device.type == "cuda"
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.use_amp)
+        self.ddp_model = None
+        self.train_model = self.model
+        if self.dist.enabled:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.ddp_model = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
+            self.train_model = self.ddp_model
+        if cfg.train.compile:
+            self.train_model = torch.compile(self.train_model, backend=cfg.train.compile_backend)
+        self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
+        self.history: List[Dict] = []
+        self.best_score = -math.inf
+        self.epoch_loss = [0.0, 0]
+        self.run_id = self.run_dir.name
+
+    def _load_resume_state(self) -> None:
+        state = self.resume_state
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.epoch, self.step_in_epoch = state["epoch"], state["step_in_epoch"]
+        self.global_step = state["global_step"]
+        self.history = list(state["history"])
+        self.best_score = state["best_score"]
+        self.epoch_loss = list(state["epoch_loss"])
+        restore_rng_state(state["rng"])
+
+    def checkpoint_state(self) -> Dict:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "epoch": self.epoch,
+            "step_in_epoch": self.step_in_epoch,
+            "global_step": self.global_step,
+            "config": config_to_dict(self.cfg),
+            "rng": capture_rng_state(),
+            "history": self.history,
+            "best_score": self.best_score,
+            "epoch_loss": list(self.epoch_loss),
+            "run_id": self.run_id,
+        }
+
+    def save(self, name: str) -> None:
+        if self.dist.is_main:
+            save_checkpoint(self.checkpoint_state(), self.run_dir / "checkpoints" / name)
+
+    # ----- one optimizer step -----
+    def _train_step(self, batches) -> torch.Tensor:
+        cfg = self.cfg
+        accumulate = cfg.train.accumulate_steps
+        self.optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for micro in range(accumulate):
+            images, masks = next(batches)
+            images, masks = images.to(self.device), masks.to(self.device)
+            last_micro = micro == accumulate - 1
+            no_sync = self.ddp_model.no_sync() if self.ddp_model is not None and not last_micro else None
+            with no_sync or contextlib.nullcontext():
+                with torch.autocast(device_type=self.device.type, enabled=self.use_amp):
+                    logits = self.train_model(images)  # [B, K, S, S]
+                    loss = self.loss_fn(logits, masks)
+                check_finite(loss.detach(), f"training loss at step {self.global_step + 1}")
+                self.scaler.scale(loss / accumulate).backward()
+            step_loss += float(loss.detach()) / accumulate
+        if cfg.train.grad_clip is not None:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        return torch.tensor([step_loss, 0.0], dtype=torch.float64)
+
+    # ----- epoch -----
+    def _train_epoch(self, stop: StopSignal) -> bool:
+        """Run the remaining steps of the current epoch. Returns False if a stop signal ended it early."""
+        cfg = self.cfg
+        self.train_set.set_epoch(self.epoch)
+        micro = epoch_micro_batches(
+            len(self.train_set), cfg.train.batch_size, self.steps_per_epoch * cfg.train.accumulate_steps,
+            cfg.run.seed, self.epoch, self.dist,
+        )
+        remaining = micro[self.step_in_epoch * cfg.train.accumulate_steps :]
+        loader = DataLoader(
+            self.train_set, batch_sampler=remaining, num_workers=cfg.train.num_workers,
+            generator=torch.Generator().manual_seed(cfg.run.seed),
+        )
+        batches = iter(loader)
+        show_bar = self.dist.is_main and sys.stdout.isatty() and not os.environ.get("CI")
+        bar = tqdm(total=self.steps_per_epoch, initial=self.step_in_epoch, disable=not show_bar,
+                   desc=f"epoch {self.epoch + 1}", leave=False)
+        self.model.train()
+        try:
+            while self.step_in_epoch < self.steps_per_epoch and self.global_step < self.total_steps:
+                reduced = self._train_step(batches)
+                reduced[1] = 1.0 if stop.signal_number is not None else 0.0
+                reduced = all_reduce_sum(reduced, self.dist)
+                step_loss = float(reduced[0]) / self.dist.world_size
+                self.epoch_loss[0] += step_loss
+                self.epoch_loss[1] += 1
+                self.global_step += 1
+                self.step_in_epoch += 1
+                bar.update(1)
+                if self.global_step % cfg.train.log_every == 0:
+                    self.logger.info(
+                        f"epoch {self.epoch + 1} step {self.global_step}/{self.total_steps} loss {step_loss:.4f} "
+                        f"lr {self.scheduler.get_last_lr()[0]:.2e}"
+                    )
+                stopping = float(reduced[1]) > 0
+                if stopping or (cfg.train.checkpoint_every and self.global_step % cfg.train.checkpoint_every == 0):
+                    self.save("last.pt")
+                    self.logger.info(f"saved checkpoints/last.pt at step {self.global_step}")
+                if stopping:
+                    return False
+        finally:
+            bar.close()
+        return True
+
+    def _end_epoch(self, seconds: float) -> None:
+        cfg = self.cfg
+        scores = evaluate(self.model, self.val_set, cfg, self.device, self.loss_fn, self.dist)
+        row = {
+            "run_id": self.run_id,
+            "model_type": cfg.model.type,
+            "epoch": self.epoch + 1,
+            "step": self.global_step,
+            "train_loss": self.epoch_loss[0] / max(1, self.epoch_loss[1]),
+            "val_loss": scores["loss"],
+            "val_mean_dice": scores["mean_dice"],
+            "val_mean_iou": scores["mean_iou"],
+            "val_pixel_accuracy": scores["pixel_accuracy"],
+            "lr": self.scheduler.get_last_lr()[0],
+            "epoch_seconds": round(seconds, 3),
+            "val_per_class_dice": scores["per_class_dice"],
+            "val_per_class_iou": scores["per_class_iou"],
+        }
+        self.history.append(row)
+        self.logger.info(
+            f"epoch {row['epoch']} done: train_loss {row['train_loss']:.4f} val_loss {row['val_loss']:.4f} "
+            f"val_mean_dice {row['val_mean_dice']:.4f} val_mean_iou {row['val_mean_iou']:.4f} "
+            f"val_pixel_accuracy {row['val_pixel_accuracy']:.4f} ({seconds:.1f}s)"
+        )
+        self.epoch += 1
+        self.step_in_epoch = 0
+        self.epoch_loss = [0.0, 0]
+        improved = row["val_mean_dice"] > self.best_score  # False for NaN
+        if improved:
+            self.best_score = row["val_mean_dice"]
+        if self.dist.is_main:
+            write_history(self.run_dir, self.history)
+            plot_curves(self.history, self.run_dir / "plots")
+        self.save("last.pt")
+        if improved:
+            self.save("best.pt")
+
+    def _plot_predictions(self) -> None:
+        count = min(self.cfg.train.num_plot_images, len(self.val_set))
+        if count == 0 or not self.dist.is_main:
+            return
+        images, masks, _ = eval_collate([self.val_set[i] for i in range(count)])
+        self.model.eval()
+        with torch.no_grad():
+            preds = logits_to_labels(self.model(images.to(self.device))).cpu()
+        plot_samples(images, masks, preds, self.run_dir / "plots" / "predictions.png", self.cfg.data.mean,
+                     self.cfg.data.std, self.cfg.data.num_classes)
+
+    def run(self) -> TrainResult:
+        cfg = self.cfg
+        self.run_dir = self._run_dir()
+        self.logger = setup_logger(self.run_dir / "train.log" if self.dist.is_main else None,
+                                   enabled=self.dist.is_main)
+        try:
+            self._build()
+            if self.dist.is_main:
+                save_config(cfg, self.run_dir / "config.yaml")
+            if self.resume_state is not None:
+                self._load_resume_state()
+                self.logger.info(f"resumed from {self.resume_path} at epoch {self.epoch + 1}, "
+                                 f"step {self.global_step} (step {self.step_in_epoch} of the epoch)")
+            else:
+                params = sum(p.numel() for p in self.model.parameters())
+                self.logger.info(
+                    f"run {self.run_id}: {cfg.model.type} with {params} parameters on {self.device}, "
+                    f"{len(self.train_set)} train / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
+                    f"epoch, {self.total_steps} steps, {self.dist.world_size} process(es)"
+                )
+            torch.autograd.set_detect_anomaly(cfg.train.detect_anomaly)
+            with StopSignal() as stop:
+                while self.epoch < cfg.train.epochs and self.global_step < self.total_steps:
+                    started = time.time()
+                    if not self._train_epoch(stop):
+                        name = signal.Signals(stop.signal_number).name if stop.signal_number else "a signal"
+                        self.logger.info(
+                            f"stopped by {name} after step {self.global_step}; last.pt saved; resume with: "
+                            f"python scripts/train.py --resume {self.run_dir}"
+                        )
+                        return TrainResult(self.run_dir, stop.signal_number or signal.SIGTERM)
+                    self._end_epoch(time.time() - started)
+            self._plot_predictions()
+            difference = max_weight_difference_across_ranks(self.model, self.dist)
+            if self.dist.enabled:
+                self.logger.info(f"max weight difference across {self.dist.world_size} ranks: {difference:.3e}")
+            best = self.best_score
+            self.logger.info(f"finished {self.global_step} steps; best val_mean_dice {best:.4f}; run folder "
+                             f"{self.run_dir}")
+            return TrainResult(self.run_dir)
+        finally:
+            close_logger(self.logger)
+            shutdown_distributed(self.dist)
+
+
+def train(cfg: Config, resume_state: Optional[Dict] = None, resume_path: Optional[Path] = None) -> TrainResult:
+    return Trainer(cfg, resume_state, resume_path).run()
