@@ -1,0 +1,278 @@
+"""Synthesise a spoken corpus with espeak-ng: WAVs at 16 kHz plus train/val/test JSON Lines manifests.
+
+Default vocabulary: digit strings of --min-digits .. --max-digits digits. The transcript is the compact digit string
+("407"), spoken digit by digit as words ("four zero seven"); the model predicts the transcript's characters.
+Another vocabulary can be given with --vocab FILE.json, an object mapping each transcript token to the words spoken
+for it (tokens are joined with --join, default "" for single characters).
+
+Voices: an espeak-ng voice is an accent (en, en-us, en-gb-scotland, ...) plus a speaker variant (m1, f3, klatt, ...).
+Variants are split between train, val and test (separately for female and male variants), so test speakers are
+never heard in training; accents are shared. Per utterance, an accent, a rate (-s), a pitch (-p), a word gap (-g),
+a gain, leading silence and white noise (SNR 20-35 dB) are drawn from a generator seeded by (seed, split, index), so
+the corpus is identical for a given seed whatever --jobs is.
+
+Usage (from paraformer_asr/):
+    python scripts/make_speech_corpus.py --out /path/to/speech --num-train 3000 --num-val 300 --num-test 300
+Writes OUT/wavs/<split>/<split>_NNNNNN.wav, OUT/train.jsonl, OUT/val.jsonl, OUT/test.jsonl, OUT/corpus.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from paraformer_asr.data.resample import resample
+from paraformer_asr.data.wav import read_wav, write_wav
+from paraformer_asr.errors import DataError, UserError
+
+DIGIT_WORDS = {
+    "0": "zero", "1": "one", "2": "two", "3": "three", "4": "four",
+    "5": "five", "6": "six", "7": "seven", "8": "eight", "9": "nine",
+}
+ACCENTS = ["en", "en-us", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029", "en-us-nyc"]
+FEMALE_VARIANTS = ["f1", "f2", "f3", "f4", "f5", "Alicia", "Andrea", "Annie", "anika", "aunty", "belinda", "grandma",
+                   "linda", "steph", "steph2", "steph3"]
+MALE_VARIANTS = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "Alex", "adam", "Andy", "benjamin", "caleb", "david",
+                 "ed", "edward", "Gene", "grandpa", "john", "klatt", "klatt2", "klatt3", "Lee", "max", "Michael",
+                 "Mike", "paul", "quincy", "robert", "travis", "victor"]
+SPLITS = ("train", "val", "test")
+RATE_WPM = (130, 200)
+PITCH = (25, 75)
+WORD_GAP_10MS = (0, 4)
+SNR_DB = (20.0, 35.0)
+PEAK = (0.3, 0.95)
+LEADING_SILENCE_S = (0.0, 0.15)
+
+
+@dataclass(frozen=True)
+class UtterancePlan:
+    split: str
+    index: int
+    text: str  # transcript (what the model predicts)
+    spoken: str  # what espeak-ng reads
+    voice: str  # accent+variant
+    variant: str
+    rate: int
+    pitch: int
+    word_gap: int
+    snr_db: float
+    peak: float
+    leading_silence_s: float
+    noise_seed: int
+
+    @property
+    def relative_path(self) -> str:
+        return f"wavs/{self.split}/{self.split}_{self.index:06d}.wav"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="output folder (created)")
+    parser.add_argument("--num-train", type=int, default=3000)
+    parser.add_argument("--num-val", type=int, default=300)
+    parser.add_argument("--num-test", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-digits", type=int, default=1, help="fewest tokens per utterance")
+    parser.add_argument("--max-digits", type=int, default=7, help="most tokens per utterance")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel espeak-ng processes")
+    parser.add_argument("--sample-rate", type=int, default=16000)
+    parser.add_argument("--vocab", type=Path, default=None,
+                        help="JSON object {transcript token: spoken words}; default: digits 0-9")
+    parser.add_argument("--join", default="", help="string between transcript tokens (default: none)")
+    parser.add_argument("--val-voice-fraction", type=float, default=0.12,
+                        help="share of speaker variants held out for val")
+    parser.add_argument("--test-voice-fraction", type=float, default=0.15,
+                        help="share of speaker variants held out for test")
+    args = parser.parse_args(argv)
+    counts = {"--num-train": args.num_train, "--num-val": args.num_val, "--num-test": args.num_test}
+    for name, value in counts.items():
+        if value < 0:
+            raise UserError(f"{name} must be >= 0, got {value}")
+    if sum(counts.values()) == 0:
+        raise UserError("nothing to generate: all of --num-train, --num-val, --num-test are 0")
+    if not 1 <= args.min_digits <= args.max_digits:
+        raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.sample_rate < 8000:
+        raise UserError(f"--sample-rate must be >= 8000, got {args.sample_rate}")
+    for name in ("val_voice_fraction", "test_voice_fraction"):
+        if not 0.0 < getattr(args, name) < 0.5:
+            raise UserError(f"--{name.replace('_', '-')} must be in (0, 0.5), got {getattr(args, name)}")
+    return args
+
+
+def load_vocabulary(path: Path | None) -> dict[str, str]:
+    if path is None:
+        return dict(DIGIT_WORDS)
+    try:
+        vocabulary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(f"cannot read vocabulary {path}: {err}") from None
+    if not isinstance(vocabulary, dict) or not vocabulary:
+        raise DataError(f"vocabulary {path} must be a non-empty JSON object {{token: spoken words}}")
+    for token, spoken in vocabulary.items():
+        if not token.strip() or not isinstance(spoken, str) or not spoken.strip():
+            raise DataError(f"vocabulary {path}: entry {token!r} needs a non-empty token and spoken text")
+    return vocabulary
+
+
+def espeak_data_folder() -> Path:
+    """Check espeak-ng is installed; return its data folder (holds the variant files)."""
+    if shutil.which("espeak-ng") is None:
+        raise UserError("espeak-ng is not installed (on Debian/Ubuntu: apt-get install espeak-ng)")
+    version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"Data at:\s*(\S+)", version)
+    if match is None:
+        raise UserError(f"cannot find espeak-ng's data folder in: {version.strip()!r}")
+    return Path(match.group(1))
+
+
+def available(variants: list[str], data_folder: Path) -> list[str]:
+    """espeak-ng silently falls back to the default voice for an unknown variant, so check the files."""
+    return [variant for variant in variants if (data_folder / "voices" / "!v" / variant).is_file()]
+
+
+def split_variants(
+    female: list[str], male: list[str], seed: int, val_fraction: float, test_fraction: float
+) -> dict[str, list[str]]:
+    """Disjoint speaker variants per split, female and male variants split separately."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+    splits: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for group in (female, male):
+        if len(group) < 3:
+            raise UserError(f"need at least 3 espeak-ng variants per gender to split by voice, found {group}")
+        shuffled = [group[i] for i in rng.permutation(len(group))]
+        num_test = max(1, round(test_fraction * len(group)))
+        num_val = max(1, round(val_fraction * len(group)))
+        splits["test"] += shuffled[:num_test]
+        splits["val"] += shuffled[num_test : num_test + num_val]
+        splits["train"] += shuffled[num_test + num_val :]
+    return splits
+
+
+def plan_utterances(args: argparse.Namespace, vocabulary: dict[str, str], variants: dict[str, list[str]]):
+    """Every utterance's text and synthesis settings, a pure function of (seed, split, index)."""
+    tokens = sorted(vocabulary)
+    plans = []
+    for split_index, (split, count) in enumerate(zip(SPLITS, (args.num_train, args.num_val, args.num_test))):
+        for index in range(count):
+            rng = np.random.default_rng(np.random.SeedSequence([args.seed, split_index, index]))
+            length = int(rng.integers(args.min_digits, args.max_digits + 1))
+            chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
+            variant = variants[split][int(rng.integers(0, len(variants[split])))]
+            accent = ACCENTS[int(rng.integers(0, len(ACCENTS)))]
+            plans.append(UtterancePlan(
+                split=split,
+                index=index,
+                text=args.join.join(chosen),
+                spoken=" ".join(vocabulary[token] for token in chosen),
+                voice=f"{accent}+{variant}",
+                variant=variant,
+                rate=int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
+                pitch=int(rng.integers(PITCH[0], PITCH[1] + 1)),
+                word_gap=int(rng.integers(WORD_GAP_10MS[0], WORD_GAP_10MS[1] + 1)),
+                snr_db=float(rng.uniform(*SNR_DB)),
+                peak=float(rng.uniform(*PEAK)),
+                leading_silence_s=float(rng.uniform(*LEADING_SILENCE_S)),
+                noise_seed=int(rng.integers(0, 2**63 - 1)),
+            ))
+    return plans
+
+
+def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path) -> float:
+    """Run espeak-ng for one utterance, post-process, write the WAV. Returns its duration in seconds."""
+    raw_path = scratch / f"{plan.split}_{plan.index:06d}.wav"
+    command = ["espeak-ng", "-v", plan.voice, "-s", str(plan.rate), "-p", str(plan.pitch), "-g", str(plan.word_gap),
+               "-w", str(raw_path), plan.spoken]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise UserError(f"espeak-ng failed ({' '.join(command)}): {result.stderr.strip()}")
+    samples, rate = read_wav(raw_path)  # [C, N]
+    raw_path.unlink()
+    speech = resample(samples.mean(dim=0).double(), rate, sample_rate)  # [N]
+    speech = torch.cat([torch.zeros(round(plan.leading_silence_s * sample_rate), dtype=torch.float64), speech])
+    speech = speech * (plan.peak / speech.abs().max().clamp(min=1e-9))
+    noise = torch.randn(speech.numel(), generator=torch.Generator().manual_seed(plan.noise_seed), dtype=torch.float64)
+    noise_rms = speech.square().mean().sqrt() / (10.0 ** (plan.snr_db / 20.0))
+    noisy = (speech + noise * noise_rms).clamp(-1.0, 1.0)
+    target = out / plan.relative_path
+    write_wav(target, noisy, sample_rate)
+    return noisy.numel() / sample_rate
+
+
+def write_manifest(path: Path, plans: list[UtterancePlan]) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for plan in plans:
+            record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}"}
+            handle.write(json.dumps(record) + "\n")
+
+
+def generate(args: argparse.Namespace) -> dict:
+    vocabulary = load_vocabulary(args.vocab)
+    data_folder = espeak_data_folder()
+    variants = split_variants(
+        available(FEMALE_VARIANTS, data_folder), available(MALE_VARIANTS, data_folder), args.seed,
+        args.val_voice_fraction, args.test_voice_fraction,
+    )
+    plans = plan_utterances(args, vocabulary, variants)
+    for split in SPLITS:
+        (args.out / "wavs" / split).mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)  # the parallelism is across utterances
+    started = time.perf_counter()
+    show_progress = sys.stdout.isatty() and not os.environ.get("CI")
+    with tempfile.TemporaryDirectory(prefix="espeak_", dir=args.out) as scratch, \
+            ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        jobs = pool.map(lambda plan: synthesise(plan, args.out, args.sample_rate, Path(scratch)), plans)
+        durations = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
+    elapsed = time.perf_counter() - started
+    summary = {"seed": args.seed, "sample_rate": args.sample_rate, "vocabulary": vocabulary, "join": args.join,
+               "min_tokens": args.min_digits, "max_tokens": args.max_digits, "accents": ACCENTS,
+               "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
+    for split in SPLITS:
+        chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
+        split_plans = [plan for plan, _ in chosen]
+        write_manifest(args.out / f"{split}.jsonl", split_plans)
+        seconds = sum(duration for _, duration in chosen)
+        summary["splits"][split] = {
+            "utterances": len(chosen),
+            "hours": round(seconds / 3600, 4),
+            "mean_duration_s": round(seconds / len(chosen), 3) if chosen else 0.0,
+            "variants": variants[split],
+            "variants_used": sorted({plan.variant for plan in split_plans}),
+        }
+    summary["total_hours"] = round(sum(s["hours"] for s in summary["splits"].values()), 4)
+    summary["example"] = asdict(plans[0])
+    (args.out / "corpus.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        summary = generate(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    splits = ", ".join(f"{name} {s['utterances']} ({s['hours']:.3f} h)" for name, s in summary["splits"].items())
+    print(f"{splits}; {summary['total_hours']:.3f} h in {summary['generation_seconds']:.1f} s")
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
