@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from paraformer_asr.checks import assert_shape, check_finite
 from paraformer_asr.errors import DataError
 
 _LOG_FLOOR = 1e-10  # power floor before the log: log-mel values are >= log(1e-10) = -23.03
@@ -102,9 +103,10 @@ class LogMelFrontend:
         waveform = waveform.float()
         num_frames = self.num_frames(waveform.numel())
         needed = (num_frames - 1) * self.hop_length + self.n_fft  # samples covered by the n_fft-long stft frames
-        padded = torch.nn.functional.pad(waveform, (0, needed - waveform.numel()))[:needed]  # [needed]
+        if waveform.numel() < needed:  # the last frame's zero-padded tail (and signals shorter than one window)
+            waveform = torch.nn.functional.pad(waveform, (0, needed - waveform.numel()))
         spectrum = torch.stft(
-            padded,
+            waveform[:needed],
             n_fft=self.n_fft,
             hop_length=self.hop_length,
             win_length=self.n_fft,
@@ -114,7 +116,10 @@ class LogMelFrontend:
         )  # [n_freqs, T]
         power = spectrum.real.square() + spectrum.imag.square()  # [n_freqs, T]
         mel_power = power.transpose(0, 1) @ self.filters  # [T, n_mels]
-        return torch.log(torch.clamp(mel_power, min=_LOG_FLOOR))
+        features = torch.log(torch.clamp(mel_power, min=_LOG_FLOOR))
+        assert_shape(features, f"{num_frames},{self.n_mels}", name="log-mel features")
+        check_finite(features, "log-mel features")
+        return features
 
 
 class FeatureNormalizer:
@@ -208,8 +213,7 @@ class SpecAugment:
         return (self.freq_masks > 0 and self.freq_width > 0) or (self.time_masks > 0 and self.time_width > 0)
 
     def __call__(self, features: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        if features.dim() != 2:
-            raise ValueError(f"SpecAugment expects features [T, F], got shape {tuple(features.shape)}")
+        assert_shape(features, "T,F", name="SpecAugment input")
         if not self.enabled:
             return features
         num_frames, num_dims = features.shape

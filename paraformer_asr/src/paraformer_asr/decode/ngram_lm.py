@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from paraformer_asr.checks import assert_shape
 from paraformer_asr.errors import DataError
 
 SMOOTHING = "interpolated_kneser_ney"
@@ -155,8 +156,7 @@ class CharNgramLM:
     def log_probs(self, histories: torch.Tensor) -> torch.Tensor:
         """Next-token log-probabilities. histories int64 [B, H] (H >= 0) -> float32 [B, V]."""
         table = self._fitted_table()
-        if histories.dim() != 2:
-            raise ValueError(f"histories must be [B, H], got shape {tuple(histories.shape)}")
+        assert_shape(histories, "B,H", name="n-gram LM histories")
         histories = histories.long().cpu()
         if histories.numel() and (histories.min() < 0 or histories.max() >= self.vocab_size):
             raise ValueError(f"history token ids must be in [0, {self.vocab_size})")
