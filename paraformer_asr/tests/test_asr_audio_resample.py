@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import paraformer_asr.data.resample as resample_module
 from paraformer_asr.data.resample import resample
 
 
@@ -54,13 +55,23 @@ def loop_resample(x, orig, new, zero_crossings=16, rolloff=0.945, beta=8.0):
     return out
 
 
-@pytest.mark.parametrize("orig,new", [(22050, 16000), (16000, 22050), (48000, 16000), (8000, 16000), (7, 5)])
+@pytest.mark.parametrize(
+    "orig,new", [(22050, 16000), (16000, 22050), (48000, 16000), (8000, 16000), (7, 5), (16001, 16000), (16000, 44101)]
+)
 def test_matches_plain_loop_reference(orig, new):
     x = torch.randn(60, generator=torch.Generator().manual_seed(orig + new), dtype=torch.float64)
     expected = loop_resample(x.tolist(), orig, new)
     got = resample(x, orig, new)
     assert got.dtype == torch.float64 and got.shape == (len(expected),)
     np.testing.assert_allclose(got.numpy(), np.array(expected), atol=1e-9)
+
+
+@pytest.mark.parametrize("orig,new", [(44100, 16000), (16000, 8000), (11025, 16000)])
+def test_polyphase_and_gather_paths_agree(monkeypatch, orig, new):
+    x = torch.randn(2, 3000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    polyphase = resample(x, orig, new)
+    monkeypatch.setattr(resample_module, "_MAX_POLYPHASE_WEIGHTS", 0)  # force the gather path
+    torch.testing.assert_close(resample(x, orig, new), polyphase, atol=1e-12, rtol=0)
 
 
 def test_equal_rates_is_identity():

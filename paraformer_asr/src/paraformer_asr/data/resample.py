@@ -7,9 +7,12 @@ kernels. Each kernel is a low-pass sinc with cutoff ``rolloff * min(orig, new) /
 of the two Nyquist frequencies, truncated after ``zero_crossings`` zero crossings on each side and tapered by a Kaiser
 (default) or Hann window. The sinc is scaled so that its DC gain is 1.
 
-Vectorised: the padded input is viewed as overlapping frames with ``Tensor.unfold`` (no copy), the frame of every
-output sample is gathered by index and multiplied with the kernel of its phase. Outputs are processed in chunks only
-to bound memory on long signals; there is no loop over individual samples.
+Vectorised, two equivalent paths (no loop over samples):
+- polyphase (usual rates, e.g. 44100 -> 16000 is up=160, down=441): the ``up`` outputs of one period read a window
+  of ``down - 1 + K`` inputs, so one ``conv1d`` with ``up`` output channels and stride ``down`` computes everything;
+- gather (reduced rates too large for one conv1d weight, e.g. 16001 -> 16000): the padded input is viewed as
+  overlapping frames with ``Tensor.unfold`` (no copy), each output's frame is gathered by index and multiplied with
+  the kernel of its phase, in chunks of outputs that only bound memory.
 
 Contract: resample(waveform [..., N], orig_sample_rate, new_sample_rate) -> [..., ceil(N * new / orig)]
 """
@@ -20,6 +23,7 @@ import math
 
 import torch
 
+_MAX_POLYPHASE_WEIGHTS = 1 << 22  # up x (down - 1 + K) conv1d weights; larger reduced ratios use the gather path
 _MAX_GATHER_ELEMENTS = 1 << 22  # per chunk: outputs x taps x leading elements
 
 
@@ -49,17 +53,51 @@ def resample(
         return waveform
     divisor = math.gcd(orig_sample_rate, new_sample_rate)
     up, down = new_sample_rate // divisor, orig_sample_rate // divisor
-    num_in = waveform.shape[-1]
-    num_out = -(-num_in * up // down)  # ceil
     kernels, half_width = sinc_kernels(up, down, zero_crossings, rolloff, window, kaiser_beta)  # [up, K]
     kernels = kernels.to(waveform.dtype)
+    num_out = -(-waveform.shape[-1] * up // down)  # ceil(N * up / down)
+    if up * (down + kernels.shape[1]) <= _MAX_POLYPHASE_WEIGHTS:
+        return _resample_polyphase(waveform, up, down, kernels, half_width, num_out)
+    return _resample_gather(waveform, up, down, kernels, half_width, num_out)
+
+
+def _resample_polyphase(
+    waveform: torch.Tensor, up: int, down: int, kernels: torch.Tensor, half_width: int, num_out: int
+) -> torch.Tensor:
+    """One strided conv1d: block k of ``up`` outputs (j = k * up + r) reads input from k * down on.
+
+    Output r of a block sits at ``k * down + offset_r + phase_r / up`` with ``offset_r = floor(r * down / up)``,
+    so its kernel row is ``kernels[phase_r]`` shifted right by ``offset_r`` inside a row of ``down - 1 + K`` taps.
+    """
+    taps = kernels.shape[1]
+    rows = torch.arange(up, dtype=torch.int64)  # [up] r
+    offsets = rows * down // up  # [up]
+    phases = rows * down % up  # [up]
+    length = down - 1 + taps
+    weight = torch.zeros(up, length, dtype=kernels.dtype)
+    columns = offsets[:, None] + torch.arange(taps)[None, :]  # [up, K]
+    weight.scatter_(1, columns, kernels[phases])  # [up, down - 1 + K]
+    num_blocks = -(-num_out // up)
+    num_in = waveform.shape[-1]
+    right = max(0, (num_blocks - 1) * down + length - (num_in + half_width))
+    flat = waveform.reshape(-1, 1, num_in)  # [B, 1, N]
+    padded = torch.nn.functional.pad(flat, (half_width, right))  # [B, 1, N + half_width + right]
+    blocks = torch.nn.functional.conv1d(padded, weight[:, None, :], stride=down)  # [B, up, >= num_blocks]
+    out = blocks[:, :, :num_blocks].transpose(1, 2).reshape(flat.shape[0], -1)[:, :num_out]  # [B, num_out]
+    return out.reshape(*waveform.shape[:-1], num_out)
+
+
+def _resample_gather(
+    waveform: torch.Tensor, up: int, down: int, kernels: torch.Tensor, half_width: int, num_out: int
+) -> torch.Tensor:
+    """For ratios whose reduced rates are too large for one conv1d weight: gather each output's input frame."""
     taps = kernels.shape[1]
     padded = torch.nn.functional.pad(waveform, (half_width, half_width + 2))  # [..., N + K]
     frames = padded.unfold(-1, taps, 1)  # [..., N + 1, K] view; frame q covers input q - half_width .. q + half_width + 1
     leading = max(1, waveform[..., 0].numel())
     chunk = max(1, _MAX_GATHER_ELEMENTS // (taps * leading))
     pieces = []
-    for start in range(0, num_out, chunk):
+    for start in range(0, num_out, chunk):  # chunks only bound memory
         positions = torch.arange(start, min(start + chunk, num_out), dtype=torch.int64) * down  # j * down
         first = positions // up  # [n] q
         phase = positions % up  # [n] r
