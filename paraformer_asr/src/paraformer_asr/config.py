@@ -34,6 +34,7 @@ class RunConfig:
     output_dir: str = "runs"
     seed: int = 0
     device: str = field(default="auto", metadata=_choices("auto", "cpu", "cuda"))
+    num_threads: int = 0  # CPU threads for torch; 0 = torch's default. 1 is fastest on a busy shared CPU.
 
 
 @dataclass
@@ -201,6 +202,9 @@ def _require(condition: bool, key: str, rule: str, value: Any) -> None:
 def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field rules; raise ConfigError naming the key."""
     t, m, d = cfg.train, cfg.model, cfg.data
+    _require(cfg.run.num_threads >= 0, "run.num_threads", ">= 0", cfg.run.num_threads)
+    _require(bool(cfg.run.name) and "/" not in cfg.run.name, "run.name", "a non-empty name without '/'",
+             cfg.run.name)
     for key in ("epochs", "batch_size", "eval_batch_size", "accumulate_steps", "log_every", "max_bad_batches"):
         _require(getattr(t, key) >= 1, f"train.{key}", ">= 1", getattr(t, key))
     for key in ("warmup_steps", "num_workers", "checkpoint_every", "plot_utterances"):

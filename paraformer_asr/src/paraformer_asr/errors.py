@@ -20,3 +20,7 @@ class DataError(UserError):
 
 class CheckpointError(UserError):
     """A checkpoint file is missing, truncated, foreign or incompatible."""
+
+
+class TrainingError(UserError):
+    """Training cannot go on (e.g. the loss keeps being NaN/Inf); the message says what to change."""

@@ -185,13 +185,22 @@ def generate_alignment_targets(token_positions: list[list[int]], sequence_length
     return (bumps * valid.unsqueeze(-1)).amax(dim=1) if width > 0 else torch.zeros(batch, sequence_length)
 
 
+def boundaries_to_encoder_frames(boundaries: torch.Tensor, subsampling_factor: int, num_frames: int) -> torch.Tensor:
+    """Input-frame indices -> encoder-frame indices. Encoder frame i is centred on input frame
+    f*i + f - 1 (f = subsampling factor), so b maps to round((b - f + 1) / f), clipped to [0, num_frames - 1]."""
+    f = subsampling_factor
+    mapped = torch.floor((boundaries.float() - (f - 1)) / f + 0.5).long()
+    return mapped.clamp(0, max(num_frames - 1, 0))
+
+
 def alignment_plot_data(cif: CifOutput, mask: torch.Tensor, true_boundaries: torch.Tensor | None = None,
                         subsampling_factor: int = 1, limit: int = 3) -> list[dict]:
     """Data to plot the alignment of the first ``limit`` utterances.
 
-    Returns dicts with 'alphas' (raw, per encoder frame), 'cumsum', 'fires' (frames where tokens
-    fired) and, when ``true_boundaries`` [B, S] (input-frame units, -1 padded) are given,
-    'boundaries' converted to encoder frames (index // subsampling_factor).
+    cif: predictor output at inference, mask [B, T'] encoder mask, true_boundaries [B, S] (input
+    frames, -1 padded) or None. Returns dicts with 'alphas' (per encoder frame), 'cumsum',
+    'fires' (encoder frames where tokens fired) and, with boundaries, 'boundaries' (encoder
+    frames, see :func:`boundaries_to_encoder_frames`).
     """
     plots = []
     for row in range(min(limit, cif.alphas.shape[0])):
@@ -204,6 +213,6 @@ def alignment_plot_data(cif: CifOutput, mask: torch.Tensor, true_boundaries: tor
         }
         if true_boundaries is not None:
             bounds = true_boundaries[row][true_boundaries[row] >= 0]
-            entry["boundaries"] = torch.div(bounds, subsampling_factor, rounding_mode="floor").tolist()
+            entry["boundaries"] = boundaries_to_encoder_frames(bounds, subsampling_factor, length).tolist()
         plots.append(entry)
     return plots

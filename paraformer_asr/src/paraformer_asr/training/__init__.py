@@ -1,1 +1,1 @@
-"""Training."""
+"""Training: data setup, loop, checkpoints, run folder and plots."""

@@ -1,0 +1,90 @@
+"""Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
+    [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--split val|test] [--manifest FILE.jsonl]
+
+Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
+num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features).
+A run folder means its checkpoints/best.pt. Toy checkpoints are evaluated on their toy split;
+--manifest evaluates any JSON Lines manifest with an audio-trained checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.errors import ConfigError, DataError  # noqa: E402
+
+
+def build_eval_dataset(loaded, split: str, manifest: str | None):
+    from paraformer_asr.data.setup import manifest_dataset
+    from paraformer_asr.data.toy import ToySeq2SeqDataset
+
+    cfg = loaded.cfg
+    if manifest is not None:
+        if cfg.data.kind != "manifest":
+            raise ConfigError(f"--manifest needs a checkpoint trained on audio (data.kind manifest); "
+                              f"{loaded.path} was trained on '{cfg.data.kind}' data")
+        return manifest_dataset(cfg, manifest, loaded.tokenizer, loaded.normalizer)
+    if cfg.data.kind == "toy":
+        return ToySeq2SeqDataset.from_config(cfg.data.toy, split, loaded.tokenizer)
+    path = cfg.data.val_manifest if split == "val" else cfg.data.test_manifest
+    if not path:
+        raise ConfigError(f"the checkpoint's config has no data.{split}_manifest; pass --manifest FILE.jsonl")
+    return manifest_dataset(cfg, path, loaded.tokenizer, loaded.normalizer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    parser.add_argument("--out", help="write the scores as JSON here")
+    parser.add_argument("--save-predictions", help="write one JSON line per utterance: id, ref, hyp")
+    parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--split", choices=("val", "test"), default="val")
+    parser.add_argument("--manifest", help="JSON Lines manifest to evaluate (audio checkpoints)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: the config's)")
+    args = parser.parse_args(argv)
+    if args.beam_size < 1 or args.batch_size < 1:
+        raise ConfigError("--beam-size and --batch-size must be >= 1")
+
+    import torch
+
+    from paraformer_asr.data.setup import make_loader
+    from paraformer_asr.inference import load_trained_model
+    from paraformer_asr.training.evaluation import evaluate, resolve_device
+    from paraformer_asr.training.loop import apply_num_threads
+
+    device = resolve_device(args.device)
+    loaded = load_trained_model(args.checkpoint, device)
+    apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
+    dataset = build_eval_dataset(loaded, args.split, args.manifest)
+    if len(dataset) == 0:
+        raise DataError("the evaluation set is empty")
+    loader, _ = make_loader(dataset, args.batch_size, loaded.tokenizer.pad_id, shuffle=False, seed=0)
+    with torch.no_grad():
+        scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, args.decode,
+                                             args.beam_size)
+    result = {**scores, "decode": args.decode, "beam_size": args.beam_size if args.decode == "beam" else 1,
+              "checkpoint": str(loaded.path), "dataset": args.manifest or f"{loaded.cfg.data.kind}:{args.split}"}
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    if args.save_predictions:
+        Path(args.save_predictions).parent.mkdir(parents=True, exist_ok=True)
+        with open(args.save_predictions, "w", encoding="utf-8") as handle:
+            for transcript, hyp in zip(transcripts, hyps):
+                handle.write(json.dumps({"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,71 @@
+"""Transcribe inputs with a trained checkpoint; prints one transcript per input, in order.
+
+    python scripts/infer.py --checkpoint CKPT a.wav b.wav          (audio-trained checkpoints)
+    python scripts/infer.py --checkpoint CKPT feats.npy            (feature files [T, F], .npy or .pt)
+    python scripts/infer.py --checkpoint CKPT --toy-split val --toy-count 5   (toy checkpoints)
+
+--with-ids prefixes each line with the input name and a tab. A run folder means its best.pt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.errors import ConfigError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("inputs", nargs="*", help=".wav files or feature files (.npy / .pt, [T, F])")
+    parser.add_argument("--toy-split", choices=("train", "val", "test"), help="transcribe items of the toy set")
+    parser.add_argument("--toy-count", type=int, default=5)
+    parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")
+    parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--with-ids", action="store_true")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    args = parser.parse_args(argv)
+    if not args.inputs and not args.toy_split:
+        raise ConfigError("give input files or --toy-split")
+    if args.beam_size < 1 or args.batch_size < 1 or args.toy_count < 1:
+        raise ConfigError("--beam-size, --batch-size and --toy-count must be >= 1")
+
+    import torch
+
+    from paraformer_asr.data.batching import Collator
+    from paraformer_asr.data.toy import ToySeq2SeqDataset
+    from paraformer_asr.decode.search import transcribe_batches
+    from paraformer_asr.inference import features_from_file, load_trained_model
+    from paraformer_asr.training.evaluation import resolve_device
+    from paraformer_asr.training.loop import apply_num_threads
+
+    device = resolve_device(args.device)
+    loaded = load_trained_model(args.checkpoint, device)
+    apply_num_threads(loaded.cfg.run.num_threads)
+    items = []
+    for name in args.inputs:
+        features, duration = features_from_file(Path(name), loaded)
+        items.append({"id": name, "features": features, "tokens": torch.zeros(0, dtype=torch.long), "text": "",
+                      "duration_s": duration})
+    if args.toy_split:
+        if loaded.cfg.data.kind != "toy":
+            raise ConfigError("--toy-split needs a checkpoint trained on toy data")
+        toy = ToySeq2SeqDataset.from_config(loaded.cfg.data.toy, args.toy_split, loaded.tokenizer)
+        items += [toy[i] for i in range(min(args.toy_count, len(toy)))]
+    collate = Collator(loaded.tokenizer.pad_id)
+    batches = (collate(items[i:i + args.batch_size]) for i in range(0, len(items), args.batch_size))
+    transcripts, _ = transcribe_batches(loaded.model, batches, device, args.decode, args.beam_size)
+    for transcript in transcripts:
+        text = loaded.tokenizer.decode(transcript.hyp_tokens)
+        print(f"{transcript.id}\t{text}" if args.with_ids else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,48 @@
+"""Train a model: python scripts/train.py --config configs/quick.yaml [--set train.lr=3e-4 ...] [--resume RUN_DIR]
+
+The last line printed to stdout is the run folder. User errors exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.config import load_config  # noqa: E402
+from paraformer_asr.errors import ConfigError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="YAML config file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (parsed as YAML); repeatable")
+    parser.add_argument("--resume", help="run folder or checkpoint to continue exactly where it stopped")
+    args = parser.parse_args(argv)
+    from paraformer_asr.training.loop import TrainingInterrupted, train
+
+    if args.resume:
+        if args.config or args.overrides:
+            raise ConfigError("--resume continues with the run's own config; do not combine it with --config/--set")
+        cfg = None
+    else:
+        if not args.config:
+            raise ConfigError("--config is required (or --resume RUN_DIR)")
+        cfg = load_config(args.config, args.overrides)
+    try:
+        run_dir = train(cfg, resume=args.resume)
+    except TrainingInterrupted as stop:
+        print(f"{stop}: saved {stop.run_dir / 'checkpoints' / 'last.pt'}; continue with: "
+              f"python scripts/train.py --resume {stop.run_dir}", file=sys.stderr)
+        print(stop.run_dir)
+        return 128 + stop.signum
+    print(run_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,109 @@
+"""Build tokenizer, normaliser, datasets and loaders from a Config (toy or manifest data)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from paraformer_asr.config import Config
+from paraformer_asr.data.batching import Collator, LengthBucketBatchSampler
+from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.toy import ToySeq2SeqDataset
+from paraformer_asr.errors import DataError
+
+
+@dataclass
+class DataBundle:
+    """Everything a run needs from the data side. ``normalizer`` is None for toy data."""
+
+    tokenizer: CharTokenizer
+    normalizer: Any
+    train: Dataset | None
+    val: Dataset
+    input_dim: int
+
+
+def input_dim_of(cfg: Config) -> int:
+    return cfg.data.toy.feature_dim if cfg.data.kind == "toy" else cfg.data.n_mels
+
+
+def item_lengths(dataset: Dataset) -> list[int]:
+    """Frame count of every item, without making features where the dataset allows it."""
+    if hasattr(dataset, "lengths"):
+        return dataset.lengths()
+    if hasattr(dataset, "frame_counts"):
+        return dataset.frame_counts()
+    return [dataset[i]["features"].shape[0] for i in range(len(dataset))]
+
+
+def make_frontend(cfg: Config):
+    from paraformer_asr.data.frontend import LogMelFrontend
+
+    return LogMelFrontend(sample_rate=cfg.data.sample_rate, n_mels=cfg.data.n_mels)
+
+
+def manifest_dataset(cfg: Config, manifest: str, tokenizer: CharTokenizer, normalizer: Any,
+                     training: bool = False) -> Dataset:
+    """A ManifestDataset over ``manifest`` (SpecAugment only when ``training``)."""
+    from paraformer_asr.data.frontend import SpecAugment
+    from paraformer_asr.data.manifest import ManifestDataset, read_manifest
+
+    entries = read_manifest(manifest, skip_bad_files=cfg.data.skip_bad_files)
+    check_vocabulary([e.text for e in entries], tokenizer, manifest)
+    spec = cfg.data.spec_augment
+    augment = SpecAugment(spec.freq_masks, spec.freq_width, spec.time_masks, spec.time_width) if training else None
+    return ManifestDataset(entries, tokenizer, make_frontend(cfg), normalizer=normalizer, spec_augment=augment,
+                           skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed)
+
+
+def check_vocabulary(texts: list[str], tokenizer: CharTokenizer, source: str) -> None:
+    """Raise DataError when transcripts use characters the tokenizer does not know."""
+    known = set(tokenizer.symbols)
+    unknown = sorted({c for text in texts for c in text} - known)
+    if unknown:
+        raise DataError(f"{source}: transcripts use characters missing from the model's vocabulary: "
+                        f"{''.join(unknown)!r} (was the checkpoint trained on other data?)")
+
+
+def build_data(cfg: Config, tokenizer: CharTokenizer | None = None, normalizer_state: dict | None = None,
+               with_train: bool = True) -> DataBundle:
+    """Datasets for training (tokenizer and normaliser fitted on the training split unless given)."""
+    with_blank = cfg.model.ctc_weight > 0
+    if cfg.data.kind == "toy":
+        train = ToySeq2SeqDataset.from_config(cfg.data.toy, "train") if with_train else None
+        if tokenizer is None:
+            tokenizer = CharTokenizer.build(train.texts(), with_blank=with_blank)
+        if train is not None:
+            train.tokenizer = tokenizer
+        val = ToySeq2SeqDataset.from_config(cfg.data.toy, "val", tokenizer)
+        return DataBundle(tokenizer, None, train, val, cfg.data.toy.feature_dim)
+
+    from paraformer_asr.data.frontend import FeatureNormalizer
+    from paraformer_asr.data.manifest import read_manifest
+
+    if tokenizer is None:
+        entries = read_manifest(cfg.data.train_manifest, skip_bad_files=cfg.data.skip_bad_files)
+        tokenizer = CharTokenizer.build([e.text for e in entries], with_blank=with_blank)
+    normalizer = FeatureNormalizer.from_dict(normalizer_state) if normalizer_state is not None else None
+    train = None
+    if with_train:
+        train = manifest_dataset(cfg, cfg.data.train_manifest, tokenizer, None, training=True)
+        if normalizer is None:
+            normalizer = FeatureNormalizer.fit(train.feature_iterator())
+        train.normalizer = normalizer
+    val = manifest_dataset(cfg, cfg.data.val_manifest, tokenizer, normalizer)
+    return DataBundle(tokenizer, normalizer, train, val, cfg.data.n_mels)
+
+
+def make_loader(dataset: Dataset, batch_size: int, pad_id: int, shuffle: bool, seed: int,
+                num_workers: int = 0) -> tuple[DataLoader, LengthBucketBatchSampler]:
+    """Length-bucketed loader. Its own generator keeps the global torch RNG untouched (exact resume)."""
+    if len(dataset) == 0:
+        raise DataError("the dataset is empty")
+    sampler = LengthBucketBatchSampler(item_lengths(dataset), batch_size, shuffle=shuffle, seed=seed)
+    loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id), num_workers=num_workers,
+                        generator=torch.Generator().manual_seed(seed))
+    return loader, sampler

@@ -1,0 +1,92 @@
+"""Loading a trained model from a checkpoint and turning inputs into feature batches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.config import Config, config_from_dict
+from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.errors import CheckpointError, ConfigError, DataError
+from paraformer_asr.models.factory import build_model
+from paraformer_asr.training.checkpointing import load_checkpoint
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    cfg: Config
+    tokenizer: CharTokenizer
+    normalizer: Any
+    input_dim: int
+    path: Path
+
+
+def resolve_eval_checkpoint(path: str | Path) -> Path:
+    """A run folder means its best.pt (last.pt if there is no best.pt)."""
+    path = Path(path)
+    if path.is_dir():
+        best = path / "checkpoints" / "best.pt"
+        return best if best.is_file() else path / "checkpoints" / "last.pt"
+    return path
+
+
+def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
+    path = resolve_eval_checkpoint(path)
+    state = load_checkpoint(path)
+    try:
+        cfg = config_from_dict(state["config"])
+    except ConfigError as exc:
+        raise CheckpointError(f"{path}: stored config is invalid: {exc}") from None
+    tokenizer = CharTokenizer.from_dict(state["tokenizer"])
+    normalizer = None
+    if state.get("normalizer") is not None:
+        from paraformer_asr.data.frontend import FeatureNormalizer
+
+        normalizer = FeatureNormalizer.from_dict(state["normalizer"])
+    model = build_model(cfg, int(state["input_dim"]), tokenizer)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"{path}: weights do not fit the stored config: {str(exc).splitlines()[0]}") from None
+    model.to(device).eval()
+    return LoadedModel(model, cfg, tokenizer, normalizer, int(state["input_dim"]), path)
+
+
+def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, float]:
+    """A .wav file (through the model's front end and normaliser) or a .npy / .pt feature file [T, F]
+    -> (features [T, F], duration in seconds)."""
+    suffix = path.suffix.lower()
+    if not path.is_file():
+        raise DataError(f"input file not found: {path}")
+    if suffix == ".wav":
+        if loaded.cfg.data.kind != "manifest":
+            raise DataError(f"{path}: this checkpoint was trained on toy features, not audio; give feature files")
+        from paraformer_asr.data.setup import make_frontend
+        from paraformer_asr.data.wav import load_audio
+
+        waveform = load_audio(path, loaded.cfg.data.sample_rate)
+        features = make_frontend(loaded.cfg)(waveform)
+        if loaded.normalizer is not None:
+            features = loaded.normalizer(features)
+        return features, waveform.numel() / loaded.cfg.data.sample_rate
+    if suffix in (".npy", ".pt"):
+        try:
+            if suffix == ".npy":
+                import numpy as np
+
+                features = torch.from_numpy(np.load(path, allow_pickle=False)).float()
+            else:
+                features = torch.load(path, map_location="cpu", weights_only=True).float()
+        except Exception as exc:  # any unreadable file is the user's to fix
+            raise DataError(f"{path}: cannot read features ({type(exc).__name__}: {exc})") from None
+        if features.dim() != 2 or features.shape[1] != loaded.input_dim or features.shape[0] == 0:
+            raise DataError(f"{path}: features must be [T, {loaded.input_dim}], got {tuple(features.shape)}")
+        if not bool(torch.isfinite(features).all()):
+            raise DataError(f"{path}: features contain NaN or Inf")
+        return features, features.shape[0] * 0.01
+    raise DataError(f"{path}: unsupported input type '{suffix}' (use .wav, .npy or .pt)")

@@ -1,0 +1,101 @@
+"""Checkpoints: plain types + tensors only (``torch.load(weights_only=True)``), written atomically.
+
+Layout of a checkpoint dict:
+    format: "paraformer_asr.checkpoint", version: 1,
+    model: state_dict, config: Config.to_dict(), tokenizer: CharTokenizer.to_dict(),
+    normalizer: FeatureNormalizer.to_dict() | None, input_dim: int,
+    optimizer / scheduler / scaler: state_dicts, progress: {epoch, batch_in_epoch, global_step, ...},
+    rng: {python, numpy, torch, cuda}, history: list of per-epoch dicts, best: {...}
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from paraformer_asr.errors import CheckpointError
+
+FORMAT = "paraformer_asr.checkpoint"
+VERSION = 1
+
+
+def atomic_torch_save(payload: dict, path: str | Path) -> None:
+    """Write ``path.tmp``, flush + fsync, then rename over ``path``: a crash never leaves a torn file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        torch.save(payload, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def save_checkpoint(payload: dict, path: str | Path) -> None:
+    atomic_torch_save({"format": FORMAT, "version": VERSION, **payload}, path)
+
+
+def resolve_checkpoint_path(path: str | Path) -> Path:
+    """A run folder means its ``checkpoints/last.pt``; a file is used as given."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoints" / "last.pt"
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Load with ``weights_only=True``; raise CheckpointError naming the file when it is unsafe,
+    truncated, not a torch file, or not a paraformer_asr checkpoint."""
+    path = resolve_checkpoint_path(path)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"refusing to load {path}: it holds objects other than plain data and tensors "
+                              f"(weights_only load failed: {str(exc).splitlines()[0]})") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: the file is truncated or not a torch checkpoint "
+                              f"({type(exc).__name__})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not a paraformer_asr checkpoint (no '{FORMAT}' format tag)")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(f"{path} has checkpoint version {payload.get('version')}, expected {VERSION}")
+    for key in ("model", "config", "tokenizer", "input_dim"):
+        if key not in payload:
+            raise CheckpointError(f"{path} is missing '{key}'")
+    return payload
+
+
+def capture_rng_state() -> dict:
+    """Every RNG the training touches, as plain types / tensors."""
+    version, state, gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [version, list(state), gauss],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), int(np_state[2]), int(np_state[3]),
+                  float(np_state[4])],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def restore_rng_state(state: dict) -> None:
+    version, values, gauss = state["python"]
+    random.setstate((version, tuple(values), gauss))
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,365 @@
+"""The training loop.
+
+``train(cfg)`` / ``train(None, resume=RUN_DIR_OR_CKPT)`` -> run folder path. AdamW, linear warmup
+then cosine decay (LambdaLR stepped after the optimizer), gradient clipping, torch.amp autocast
++ GradScaler, gradient accumulation, a NaN guard, validation each epoch, atomic checkpoints with
+every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and stop.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from paraformer_asr.config import Config, config_from_dict
+from paraformer_asr.data.batching import Collator
+from paraformer_asr.data.setup import DataBundle, build_data, make_loader
+from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.errors import TrainingError
+from paraformer_asr.models.cif import alignment_plot_data
+from paraformer_asr.models.factory import build_model, count_parameters
+from paraformer_asr.training.checkpointing import (capture_rng_state, load_checkpoint, resolve_checkpoint_path,
+                                                   restore_rng_state, save_checkpoint)
+from paraformer_asr.training.evaluation import evaluate, resolve_device
+from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
+from paraformer_asr.training.run_folder import RunFolder, setup_logging
+
+
+class TrainingInterrupted(Exception):
+    """Raised after SIGINT/SIGTERM once last.pt is saved; carries the signal and the run folder."""
+
+    def __init__(self, signum: int, run_dir: Path):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+        self.run_dir = run_dir
+
+
+def apply_num_threads(num_threads: int) -> None:
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.01):
+    """LR multiplier: linear warmup to 1 over ``warmup_steps``, cosine decay to ``floor`` at ``total_steps``."""
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return multiplier
+
+
+@dataclass
+class EpochSums:
+    """Running sums of the current epoch (saved in checkpoints so a resumed epoch reports the same means)."""
+
+    loss: float = 0.0
+    terms: dict = field(default_factory=dict)
+    batches: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class Progress:
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    global_step: int = 0
+    sums: EpochSums = field(default_factory=EpochSums)
+
+
+class StopFlag:
+    """Records SIGINT/SIGTERM so the loop can stop at a step boundary."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def install(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def uninstall(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum, frame) -> None:
+        self.signum = signum
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run: RunFolder, data: DataBundle, state: dict | None = None):
+        self.cfg = cfg
+        self.run = run
+        self.data = data
+        self.tokenizer: CharTokenizer = data.tokenizer
+        self.device = resolve_device(cfg.run.device)
+        self.log = setup_logging(run.path / "train.log")
+        t = cfg.train
+        self.model = build_model(cfg, data.input_dim, self.tokenizer).to(self.device)
+        if t.compile:
+            for child in self.model.children():
+                child.compile()
+        pad = self.tokenizer.pad_id
+        self.train_loader, self.train_sampler = make_loader(data.train, t.batch_size, pad, True, cfg.run.seed,
+                                                            t.num_workers)
+        self.val_loader, _ = make_loader(data.val, t.eval_batch_size, pad, False, cfg.run.seed, t.num_workers)
+        self.batches_per_epoch = len(self.train_sampler.batches())
+        steps_per_epoch = math.ceil(self.batches_per_epoch / t.accumulate_steps)
+        self.total_steps = t.epochs * steps_per_epoch if t.max_steps is None else min(t.max_steps,
+                                                                                       t.epochs * steps_per_epoch)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           warmup_cosine(t.warmup_steps, self.total_steps))
+        self.use_autocast = t.amp
+        self.autocast_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp and self.device.type == "cuda")
+        self.progress = Progress()
+        self.history: list[dict] = []
+        self.step_log: list[dict] = []
+        self.best_cer = math.inf
+        self.bad_streak = 0
+        self.stop = StopFlag()
+        if state is not None:
+            self._restore(state)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _payload(self) -> dict:
+        p = self.progress
+        return {
+            "model": self.model.state_dict(),
+            "config": self.cfg.to_dict(),
+            "tokenizer": self.tokenizer.to_dict(),
+            "normalizer": self.data.normalizer.to_dict() if self.data.normalizer is not None else None,
+            "input_dim": self.data.input_dim,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "progress": {"epoch": p.epoch, "batch_in_epoch": p.batch_in_epoch, "global_step": p.global_step,
+                         "sums": asdict(p.sums), "bad_streak": self.bad_streak},
+            "rng": capture_rng_state(),
+            "history": self.history,
+            "step_log": self.step_log,
+            "best_cer": self.best_cer,
+        }
+
+    def save(self, name: str) -> Path:
+        path = self.run.checkpoints / name
+        save_checkpoint(self._payload(), path)
+        return path
+
+    def _restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        p = state["progress"]
+        self.progress = Progress(p["epoch"], p["batch_in_epoch"], p["global_step"], EpochSums(**p["sums"]))
+        self.bad_streak = p["bad_streak"]
+        self.history = list(state["history"])
+        self.step_log = list(state["step_log"])
+        self.best_cer = state["best_cer"]
+        self._rng_to_restore = state["rng"]
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> Path:
+        cfg = self.cfg
+        self.log.info("run folder: %s", self.run.path)
+        self.log.info("model %s: %d parameters; %d train / %d val utterances; vocab %d; device %s",
+                      cfg.model.type, count_parameters(self.model), len(self.data.train), len(self.data.val),
+                      self.tokenizer.vocab_size, self.device)
+        self.log.info("%d batches per epoch, %d optimizer steps in total", self.batches_per_epoch, self.total_steps)
+        if getattr(self, "_rng_to_restore", None) is not None:
+            restore_rng_state(self._rng_to_restore)
+            self.log.info("resumed at epoch %d, batch %d, step %d", self.progress.epoch + 1,
+                          self.progress.batch_in_epoch, self.progress.global_step)
+        self.stop.install()
+        try:
+            while self.progress.epoch < cfg.train.epochs and self.progress.global_step < self.total_steps:
+                self._run_epoch()
+        finally:
+            self.stop.uninstall()
+        self.log.info("done: best val CER %.4f; run folder %s", self.best_cer, self.run.path)
+        return self.run.path
+
+    def _run_epoch(self) -> None:
+        t, p = self.cfg.train, self.progress
+        started = time.perf_counter()
+        self.train_sampler.set_epoch(p.epoch, start_batch=p.batch_in_epoch)
+        if hasattr(self.data.train, "set_epoch"):
+            self.data.train.set_epoch(p.epoch)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        in_group = 0
+        show = sys.stdout.isatty() and not os.environ.get("CI")
+        bar = tqdm(self.train_loader, desc=f"epoch {p.epoch + 1}", disable=not show, leave=False)
+        for batch in bar:
+            if p.global_step >= self.total_steps:
+                break
+            p.batch_in_epoch += 1
+            if not self._forward_backward(batch):
+                in_group = 0
+                continue
+            in_group += 1
+            if in_group < t.accumulate_steps and p.batch_in_epoch < self.batches_per_epoch:
+                continue
+            in_group = 0
+            self._optimizer_step()
+            bar.set_postfix(loss=f"{self.step_log[-1]['loss']:.3f}" if self.step_log else "")
+            if t.checkpoint_every and p.global_step % t.checkpoint_every == 0:
+                self.save("last.pt")
+            if self.stop.signum is not None:
+                self.save("last.pt")
+                raise TrainingInterrupted(self.stop.signum, self.run.path)
+        bar.close()
+        self._end_epoch(time.perf_counter() - started)
+
+    def _forward_backward(self, batch) -> bool:
+        """Loss and gradients of one batch; False (gradients dropped) when the loss is not finite."""
+        t, p, sums = self.cfg.train, self.progress, self.progress.sums
+        batch = batch.to(self.device)
+        with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, enabled=self.use_autocast):
+            out = self.model.compute_loss(batch)
+        loss = out.total.float()
+        if not bool(torch.isfinite(loss)):
+            self._bad_batch(f"non-finite loss {float(loss)} on batch {p.batch_in_epoch} of epoch {p.epoch + 1} "
+                            f"(ids {batch.ids[:3]}...)")
+            return False
+        self.scaler.scale(loss / t.accumulate_steps).backward()
+        sums.loss += float(loss.detach())
+        for key, value in out.terms.items():
+            sums.terms[key] = sums.terms.get(key, 0.0) + float(value)
+        sums.batches += 1
+        self._last_terms = {"loss": float(loss.detach()), **{k: float(v) for k, v in out.terms.items()}}
+        return True
+
+    def _bad_batch(self, reason: str) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_streak += 1
+        self.progress.sums.skipped += 1
+        self.log.warning("skipping batch: %s", reason)
+        if self.bad_streak >= self.cfg.train.max_bad_batches:
+            raise TrainingError(f"stopping: {self.bad_streak} batches in a row gave a non-finite loss or gradient "
+                                f"(last: {reason}); lower train.lr, raise train.warmup_steps or check the data "
+                                "for NaN/Inf")
+
+    def _optimizer_step(self) -> None:
+        t, p = self.cfg.train, self.progress
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        if not bool(torch.isfinite(grad_norm)) and not self.scaler.is_enabled():
+            self._bad_batch(f"non-finite gradient norm at step {p.global_step + 1}")
+            return
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_streak = 0
+        p.global_step += 1
+        if p.global_step % t.log_every == 0 or p.global_step == 1:
+            entry = {"step": p.global_step, **self._last_terms, "lr": self.scheduler.get_last_lr()[0],
+                     "grad_norm": float(grad_norm)}
+            self.step_log.append(entry)
+            terms = " ".join(f"{k}={v:.4f}" for k, v in entry.items() if k != "step")
+            self.log.info("epoch %d step %d %s", p.epoch + 1, p.global_step, terms)
+
+    def _end_epoch(self, train_seconds: float) -> None:
+        p, sums = self.progress, self.progress.sums
+        started = time.perf_counter()
+        scores, _, _ = evaluate(self.model, self.val_loader, self.tokenizer, self.device)
+        count = max(sums.batches, 1)
+        row = {
+            "run_id": self.run.run_id,
+            "model_type": self.cfg.model.type,
+            "epoch": p.epoch + 1,
+            "step": p.global_step,
+            "train_loss": sums.loss / count,
+            "ce_loss": sums.terms.get("ce", 0.0) / count,
+            "quantity_loss": sums.terms.get("quantity", 0.0) / count,
+            "ctc_loss": sums.terms.get("ctc", 0.0) / count,
+            "val_cer": scores["cer"],
+            "val_wer": scores["wer"],
+            "val_token_accuracy": scores["token_accuracy"],
+            "val_sequence_accuracy": scores["sequence_accuracy"],
+            "val_length_accuracy": scores["length_accuracy"],
+            "val_rtf": scores["rtf"],
+            "skipped_batches": sums.skipped,
+            "lr": self.scheduler.get_last_lr()[0],
+            "epoch_seconds": train_seconds + time.perf_counter() - started,
+        }
+        self.history.append(row)
+        self.log.info("epoch %d: train_loss %.4f ce %.4f quantity %.4f | val CER %.4f token_acc %.4f seq_acc %.4f "
+                      "len_acc %.4f | %.1fs", row["epoch"], row["train_loss"], row["ce_loss"], row["quantity_loss"],
+                      row["val_cer"], row["val_token_accuracy"], row["val_sequence_accuracy"],
+                      row["val_length_accuracy"], row["epoch_seconds"])
+        self.run.write_metrics(self.history)
+        self._plot()
+        p.epoch += 1
+        p.batch_in_epoch = 0
+        p.sums = EpochSums()
+        improved = row["val_cer"] < self.best_cer
+        if improved:
+            self.best_cer = row["val_cer"]
+        self.save("last.pt")
+        if improved:
+            self.save("best.pt")
+        if self.stop.signum is not None:
+            raise TrainingInterrupted(self.stop.signum, self.run.path)
+
+    def _plot(self) -> None:
+        plot_loss_curves(self.step_log, self.history, self.run.plots / "loss_curves.png")
+        count = min(self.cfg.train.plot_utterances, len(self.data.val))
+        if count == 0 or not hasattr(self.model, "predictor"):
+            return
+        batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
+        self.model.eval()
+        with torch.no_grad():
+            log_probs, cif = self.model.posteriors(batch.features, batch.feat_mask)
+            _, enc_mask = self.model.encode(batch.features, batch.feat_mask)
+        hyps = log_probs.argmax(-1).masked_fill(~cif.token_mask, self.tokenizer.pad_id)
+        data = alignment_plot_data(cif, enc_mask, batch.boundaries, self.cfg.subsampling_factor, count)
+        titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(hyps[i])}'"
+                  for i in range(count)]
+        plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
+
+
+def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
+    """Train from ``cfg`` in a new run folder, or resume the run holding ``resume`` (a run folder or a
+    checkpoint). Returns the run folder. Raises UserError subclasses for user mistakes and
+    TrainingInterrupted after SIGINT/SIGTERM (last.pt saved)."""
+    state = None
+    if resume is not None:
+        path = resolve_checkpoint_path(resume)
+        state = load_checkpoint(path)
+        if "progress" not in state:
+            from paraformer_asr.errors import CheckpointError
+
+            raise CheckpointError(f"{path} holds no training state (optimizer, progress); cannot resume from it")
+        cfg = config_from_dict(state["config"])
+        run = RunFolder(path.parent.parent)
+    else:
+        run = RunFolder.create(cfg)
+    setup_logging(run.path / "train.log")
+    apply_num_threads(cfg.run.num_threads)
+    seed_everything(cfg.run.seed)
+    tokenizer = CharTokenizer.from_dict(state["tokenizer"]) if state else None
+    data = build_data(cfg, tokenizer, state["normalizer"] if state else None)
+    run.write_tokenizer(data.tokenizer.to_dict())
+    return Trainer(cfg, run, data, state).fit()
