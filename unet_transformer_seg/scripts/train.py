@@ -15,8 +15,6 @@ import _bootstrap  # noqa: F401
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.config import apply_overrides, config_from_dict, load_config
 from unet_transformer_seg.errors import ConfigError
-from unet_transformer_seg.training.checkpointing import load_checkpoint, resolve_checkpoint_path
-from unet_transformer_seg.training.loop import train
 
 
 def parse_args(argv=None):
@@ -32,6 +30,8 @@ def main() -> int:
     args = parse_args()
     resume_state = resume_path = None
     if args.resume:
+        from unet_transformer_seg.training.checkpointing import load_checkpoint, resolve_checkpoint_path
+
         if args.config:
             raise ConfigError("give either --config or --resume (a resumed run uses the config in its checkpoint)")
         resume_path = resolve_checkpoint_path(args.resume)
@@ -41,6 +41,8 @@ def main() -> int:
         if not args.config:
             raise ConfigError("--config is required (or --resume RUN_DIR)")
         cfg = load_config(args.config, args.overrides)
+    from unet_transformer_seg.training.loop import train  # torch is imported only once the config is valid
+
     result = train(cfg, resume_state, resume_path)
     sys.stdout.flush()
     print(result.run_dir, flush=True)

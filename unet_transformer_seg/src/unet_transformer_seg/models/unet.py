@@ -76,12 +76,10 @@ class UNet(nn.Module):
         dims = assert_shape(x, f"B,{self.in_channels},H,W", name="model input")
         factor = 2**self.depth
         if dims["H"] % factor or dims["W"] % factor:
-            def nearest(size):
-                return max(factor, round(size / factor) * factor)
-
+            padded_h, padded_w = (math.ceil(size / factor) * factor for size in (dims["H"], dims["W"]))
             raise ShapeError(
                 f"model input is {dims['H']}x{dims['W']} but height and width must be multiples of 2**depth = "
-                f"{factor} (e.g. {nearest(dims['H'])}x{nearest(dims['W'])}); resize or pad the image"
+                f"{factor} (e.g. {padded_h}x{padded_w}); resize or pad the image"
             )
         check_finite(x, "model input")
         return dims

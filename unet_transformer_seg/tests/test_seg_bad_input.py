@@ -1,0 +1,73 @@
+"""Bad inputs through the real command line: each gives `error: <message>`, exit status 2 and no traceback."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from unet_transformer_seg.data.image_io import write_png
+
+from conftest import run_script, tiny_cli_args
+
+
+def _folder_with_bad_class(root: Path) -> Path:
+    for split in ("train", "val"):
+        (root / split / "images").mkdir(parents=True)
+        (root / split / "masks").mkdir(parents=True)
+        write_png(root / split / "images" / "a.png", np.zeros((16, 16, 3), np.uint8))
+        write_png(root / split / "masks" / "a.png", np.full((16, 16), 9, np.uint8))
+    return root
+
+
+def _empty_folder(root: Path) -> Path:
+    for split in ("train", "val"):
+        (root / split / "images").mkdir(parents=True)
+        (root / split / "masks").mkdir(parents=True)
+    return root
+
+
+def _foreign_checkpoint(path: Path) -> Path:
+    torch.save({"weights": torch.zeros(2)}, path)
+    return path
+
+
+CASES = [
+    ("unknown key", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "train.lrr=1"],
+     "unknown config key 'train.lrr'"),
+    ("wrong type", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "train.batch_size=many"],
+     "config key 'train.batch_size' must be an integer, got str 'many'"),
+    ("negative size", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "data.image_size=-32"],
+     "config key 'data.image_size' must be >= 8, got -32"),
+    ("missing config", lambda t: ["train.py", "--config", str(t / "none.yaml")], "config file not found"),
+    ("missing data folder", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "data.kind=folder",
+                                       "--set", f"data.root={t / 'nowhere'}"], "folder not found"),
+    ("empty dataset", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "data.kind=folder",
+                                 "--set", f"data.root={_empty_folder(t / 'empty')}"], "no images"),
+    ("too few images for a batch", lambda t: ["train.py", "--config", "configs/quick.yaml",
+                                              *tiny_cli_args(t, "data.train_size=3")], "too small for one step"),
+    ("NaN in config", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "train.lr=.nan"],
+     "config key 'train.lr' must be > 0.0, got nan"),
+    ("NaN in model inputs", lambda t: ["train.py", "--config", "configs/quick.yaml",
+                                       *tiny_cli_args(t, "data.mean=.nan")], "model input holds"),
+    ("class id beyond num_classes", lambda t: ["train.py", "--config", "configs/quick.yaml",
+                                               *tiny_cli_args(t, "data.kind=folder", "train.batch_size=1",
+                                                              f"data.root={_folder_with_bad_class(t / 'bad')}")],
+     "holds class id 9 >= data.num_classes = 4"),
+    ("missing checkpoint", lambda t: ["eval.py", "--checkpoint", str(t / "nothing.pt")], "checkpoint or run folder"),
+    ("foreign checkpoint", lambda t: ["eval.py", "--checkpoint", str(_foreign_checkpoint(t / "other.pt"))],
+     "is not a unet_transformer_seg checkpoint"),
+    ("missing image", lambda t: ["predict.py", "--checkpoint", str(_foreign_checkpoint(t / "x.pt")), "a.png"],
+     "is not a unet_transformer_seg checkpoint"),
+    ("resume and config together", lambda t: ["train.py", "--config", "configs/quick.yaml", "--resume", str(t)],
+     "give either --config or --resume"),
+]
+
+
+@pytest.mark.parametrize("name, make_args, message", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_gives_a_clear_error(tmp_path, name, make_args, message):
+    script, *args = make_args(tmp_path)
+    result = run_script(script, *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr

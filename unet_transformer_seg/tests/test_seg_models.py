@@ -1,0 +1,138 @@
+import pytest
+import torch
+
+from unet_transformer_seg.checks import assert_shape, parameters_without_gradient
+from unet_transformer_seg.config import load_config
+from unet_transformer_seg.errors import NonFiniteError, ShapeError
+from unet_transformer_seg.models import UNet, UNetTransformer, build_model
+from unet_transformer_seg.models.transformer import (
+    FeedForward, MultiHeadAttention, TransformerBlock, TransformerBottleneck, positional_encoding_2d,
+)
+
+from seg_reference import attention_reference
+
+
+def small_transformer(**kwargs):
+    defaults = dict(in_channels=3, out_channels=4, base_channels=4, depth=2, transformer_layers=2, num_heads=2)
+    return UNetTransformer(**{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize("model_cls", [UNet, UNetTransformer])
+@pytest.mark.parametrize("size", [(16, 16), (8, 24)])
+def test_model_output_shape(model_cls, size):
+    model = model_cls(in_channels=3, out_channels=5, base_channels=4, depth=2)
+    logits = model(torch.randn(2, 3, *size))
+    assert logits.shape == (2, 5, *size) and logits.dtype == torch.float32
+
+
+@pytest.mark.parametrize("model_cls", [UNet, UNetTransformer])
+def test_gradient_reaches_every_parameter(model_cls):
+    model = model_cls(in_channels=1, out_channels=3, base_channels=4, depth=2)
+    model(torch.randn(2, 1, 16, 16)).square().mean().backward()
+    assert parameters_without_gradient(model) == []
+
+
+def test_sizes_the_network_cannot_take_give_a_clear_error():
+    model = UNet(in_channels=3, out_channels=2, base_channels=4, depth=3)
+    with pytest.raises(ShapeError, match=r"model input is 20x36 .* multiples of 2\*\*depth = 8 \(e\.g\. 24x40\)"):
+        model(torch.randn(1, 3, 20, 36))
+    with pytest.raises(ShapeError, match=r"model input: dim 1 must be 3"):
+        model(torch.randn(1, 1, 16, 16))
+    bad = torch.randn(1, 3, 16, 16)
+    bad[0, 0, 0, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match="model input holds 1 NaN"):
+        model(bad)
+
+
+def test_build_model_from_config():
+    cfg = load_config(None, ["model.type=unet", "data.num_classes=3"])
+    assert type(build_model(cfg)) is UNet
+    cfg = load_config(None, ["data.num_classes=2", "train.loss=bce_dice"])
+    model = build_model(cfg)
+    assert type(model) is UNetTransformer and model.head.out_channels == 1
+
+
+def test_attention_shapes_and_loop_reference():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2)
+    query, key = torch.randn(2, 5, 8), torch.randn(2, 7, 8)
+    mask = torch.rand(2, 5, 7) > 0.3
+    mask[:, :, 0] = True
+    out = mha(query, key, key, mask=mask)
+    assert out.shape == (2, 5, 8)
+    assert torch.allclose(out, attention_reference(mha, query, key, key, mask), atol=1e-5)
+    assert torch.allclose(mha(query), attention_reference(mha, query, query, query), atol=1e-5)
+
+
+def test_sdpa_path_equals_explicit_path():
+    torch.manual_seed(0)
+    explicit = MultiHeadAttention(16, 4, impl="explicit")
+    fused = MultiHeadAttention(16, 4, impl="sdpa")
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(3, 9, 16, requires_grad=True)
+    mask = torch.rand(9, 9) > 0.5
+    mask.fill_diagonal_(True)
+    for m in (None, mask):
+        a, b = explicit(x, mask=m), fused(x, mask=m)
+        assert torch.allclose(a, b, atol=1e-5)
+        grad_a, = torch.autograd.grad(a.sum(), x)
+        grad_b, = torch.autograd.grad(b.sum(), x)
+        assert torch.allclose(grad_a, grad_b, atol=1e-5)
+    model_a = small_transformer(attention="explicit").eval()
+    model_b = small_transformer(attention="sdpa").eval()
+    model_b.load_state_dict(model_a.state_dict())
+    image = torch.randn(2, 3, 16, 16)
+    assert torch.allclose(model_a(image), model_b(image), atol=1e-5)
+
+
+def test_masked_keys_do_not_influence_the_output():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 6, 8)
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    mask[:, 4:] = False
+    changed = x.clone()
+    changed[:, 4:] = torch.randn(1, 2, 8) * 10
+    out, out_changed = mha(x, x, x, mask), mha(x, changed, changed, mask)
+    assert torch.allclose(out, out_changed, atol=1e-6)
+
+
+def test_block_feedforward_and_bottleneck_shapes():
+    x = torch.randn(2, 12, 8)
+    assert FeedForward(8, 2.0, 0.0)(x).shape == (2, 12, 8)
+    assert TransformerBlock(8, 2, 2.0, 0.0, "explicit")(x).shape == (2, 12, 8)
+    feature_map = torch.randn(2, 8, 3, 4)
+    assert TransformerBottleneck(8, 2, 2, 2.0, 0.0)(feature_map).shape == (2, 8, 3, 4)
+    with pytest.raises(ShapeError, match="attention key: dim 2"):
+        MultiHeadAttention(8, 2)(x, torch.randn(2, 5, 6))
+
+
+def test_positional_encoding_2d():
+    code = positional_encoding_2d(3, 4, 8)
+    assert code.shape == (12, 8)
+    grid = code.view(3, 4, 8)
+    assert torch.equal(grid[:, 0, :4], grid[:, 3, :4])  # row half depends on the row only
+    assert torch.equal(grid[0, :, 4:], grid[2, :, 4:])  # column half depends on the column only
+    assert len({tuple(row.tolist()) for row in code}) == 12  # every position distinct
+    assert torch.allclose(grid[0, 0], torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0]))
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = small_transformer(norm="group")
+    checkpointed = small_transformer(norm="group", activation_checkpointing=True)
+    checkpointed.load_state_dict(plain.state_dict())
+    image = torch.randn(2, 3, 16, 16)
+    plain(image).square().mean().backward()
+    checkpointed(image).square().mean().backward()
+    for (name, a), (_, b) in zip(plain.named_parameters(), checkpointed.named_parameters()):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6), name
+
+
+def test_assert_shape_binds_symbols():
+    dims = assert_shape(torch.zeros(2, 3, 4), "B,T,D")
+    assert dims == {"B": 2, "T": 3, "D": 4}
+    with pytest.raises(ShapeError, match=r"y: dim 0 \(B\) must be 2"):
+        assert_shape(torch.zeros(3, 4), "B,D", name="y", dims=dims)
+    with pytest.raises(ShapeError, match="expected 2 dims"):
+        assert_shape(torch.zeros(3), "B,D")

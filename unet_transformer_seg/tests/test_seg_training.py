@@ -1,0 +1,105 @@
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from unet_transformer_seg.data.image_io import read_mask, write_png
+from unet_transformer_seg.data.toy_shapes import ToyShapesDataset
+from unet_transformer_seg.losses import build_loss
+from unet_transformer_seg.models import build_model
+from unet_transformer_seg.training.checkpointing import load_checkpoint
+from unet_transformer_seg.training.loop import train
+from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS
+
+from conftest import run_script, tiny_cli_args, tiny_config
+
+
+def test_overfitting_one_batch_drives_the_loss_down(tmp_path):
+    torch.manual_seed(0)
+    cfg = tiny_config(tmp_path, "model.base_channels=8")
+    dataset = ToyShapesDataset(4, 16, seed=0, max_shapes=2)
+    images = torch.stack([dataset[i][0] for i in range(4)])
+    masks = torch.stack([dataset[i][1] for i in range(4)])
+    model = build_model(cfg)
+    loss_fn = build_loss("ce_dice")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(100):
+        optimizer.zero_grad()
+        loss = loss_fn(model((images - 0.5) / 0.25), masks)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0]
+
+
+def test_cli_training_run_writes_every_promised_file(tmp_path):
+    result = run_script("train.py", "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, "train.epochs=5"))
+    assert result.returncode == 0, result.stderr
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    assert run_dir.parent == tmp_path / "runs" and run_dir.name.endswith("_quick")
+    for name in ("config.yaml", "train.log", "metrics.json", "results.csv", "checkpoints/last.pt",
+                 "checkpoints/best.pt", "plots/loss.png", "plots/metrics.png", "plots/predictions.png"):
+        assert (run_dir / name).is_file(), name
+    rows = list(csv.DictReader(open(run_dir / "results.csv")))
+    assert tuple(rows[0].keys()) == RESULTS_COLUMNS
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4, 5] and int(rows[-1]["step"]) == 40
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(metrics) == 5 and 0.0 <= metrics[-1]["val_mean_dice"] <= 1.0
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["data"]["image_size"] == 16 and saved["train"]["epochs"] == 5
+    assert "epoch 5 done" in (run_dir / "train.log").read_text()
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert {"model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "config",
+            "rng"} <= set(state)
+    assert state["global_step"] == 40
+
+    out_json = tmp_path / "eval.json"
+    predictions = tmp_path / "preds"
+    result = run_script("eval.py", "--checkpoint", str(run_dir / "checkpoints" / "best.pt"), "--split", "test",
+                        "--out", str(out_json), "--save-predictions", str(predictions))
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(out_json.read_text())
+    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images"} <= set(scores)
+    assert scores["num_images"] == 8 and len(scores["per_class_dice"]) == 4
+    saved_masks = sorted(predictions.glob("*.png"))
+    assert len(saved_masks) == 8 and read_mask(saved_masks[0], 4).shape == (16, 16)
+
+    image_path = tmp_path / "photo.png"
+    write_png(image_path, np.random.default_rng(0).integers(0, 256, (20, 28, 3)).astype(np.uint8))
+    result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir", str(tmp_path / "p"))
+    assert result.returncode == 0, result.stderr
+    assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
+    assert (tmp_path / "p" / "photo_overlay.png").is_file()
+
+
+def _final_weights(tmp_path, *overrides):
+    cfg = tiny_config(tmp_path, "model.norm=group", "train.loss=ce", "train.epochs=1", "train.max_steps=3",
+                      "train.num_plot_images=0", *overrides)
+    run_dir = train(cfg).run_dir
+    return load_checkpoint(run_dir / "checkpoints" / "last.pt")["model"]
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path):
+    big = _final_weights(tmp_path, "train.batch_size=8")
+    accumulated = _final_weights(tmp_path, "train.batch_size=4", "train.accumulate_steps=2")
+    for name in big:
+        assert torch.allclose(big[name], accumulated[name], atol=1e-5), name
+
+
+def test_torch_compile_trains_like_eager(tmp_path):
+    eager = _final_weights(tmp_path)
+    compiled = _final_weights(tmp_path, "train.compile=true", "train.compile_backend=aot_eager")
+    for name in eager:
+        assert torch.allclose(eager[name], compiled[name], atol=1e-4), name
+
+
+def test_activation_checkpointing_trains_like_plain(tmp_path):
+    plain = _final_weights(tmp_path)
+    checkpointed = _final_weights(tmp_path, "model.activation_checkpointing=true")
+    for name in plain:
+        assert torch.allclose(plain[name], checkpointed[name], atol=1e-5), name
