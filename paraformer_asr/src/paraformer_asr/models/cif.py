@@ -10,7 +10,7 @@ to token k with weight
 which is exactly what the sequential integrator does (accumulate until the sum reaches the
 threshold, fire, carry the remainder into the next token). Each frame touches at most
 ceil(max alpha) + 1 consecutive tokens, so the weights are computed for those candidates only
-and summed into the token slots with ``scatter_add_`` (no loop over frames).
+and scatter-added into the token slots with ``index_add`` (no loop over frames).
 
 Token count: in training, the alphas are scaled so that they sum to the target length N
 (exactly N tokens fire). At inference N = floor(c_T) + [frac(c_T) >= tail_threshold], i.e.
@@ -69,24 +69,26 @@ def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
     assert_shape(num_tokens, "B", "cif num_tokens", dims)
     batch, frames, dim = hidden.shape
     max_tokens = int(num_tokens.max()) if batch > 0 else 0
-    cumsum = torch.cumsum(alphas, dim=1)  # [B, T]  c_t
-    previous = cumsum - alphas  # [B, T]  c_{t-1}
+    # Positions on the "token axis" in float64: c_t reaches ~N, and float32 would lose ~1e-5 there.
+    cumsum = torch.cumsum(alphas.double(), dim=1)  # [B, T]  c_t
+    previous = cumsum - alphas.double()  # [B, T]  c_{t-1}
     touched = int(math.ceil(float(alphas.detach().max()))) + 1 if alphas.numel() > 0 else 1
 
     first = torch.floor(previous.detach()).long().clamp(min=0)  # [B, T] first token each frame touches
     candidates = first.unsqueeze(-1) + torch.arange(touched, device=hidden.device)  # [B, T, K] token ids
-    lower = torch.maximum(previous.unsqueeze(-1), candidates.to(alphas.dtype))
-    upper = torch.minimum(cumsum.unsqueeze(-1), candidates.to(alphas.dtype) + 1.0)
+    lower = torch.maximum(previous.unsqueeze(-1), candidates.double())
+    upper = torch.minimum(cumsum.unsqueeze(-1), candidates.double() + 1.0)
     keep = candidates < num_tokens.view(batch, 1, 1)
-    weights = (upper - lower).clamp(min=0.0) * keep  # [B, T, K]
+    weights = ((upper - lower).clamp(min=0.0) * keep).to(hidden.dtype)  # [B, T, K]
     slots = torch.where(keep, candidates, torch.full_like(candidates, max_tokens))  # overflow slot N
 
-    flat_slots = slots.reshape(batch, frames * touched)  # [B, T*K]
-    contributions = (weights.unsqueeze(-1) * hidden.unsqueeze(2)).reshape(batch, frames * touched, dim)
-    sums = hidden.new_zeros(batch, max_tokens + 1, dim)
-    sums = sums.scatter_add(1, flat_slots.unsqueeze(-1).expand(-1, -1, dim), contributions)[:, :max_tokens]
-    mass = alphas.new_zeros(batch, max_tokens + 1).scatter_add(1, flat_slots, weights.reshape(batch, -1))
-    mass = mass[:, :max_tokens]  # [B, N]
+    # Scatter-add every (frame, candidate) contribution into row b * (N + 1) + slot of a flat buffer.
+    rows = (slots + (torch.arange(batch, device=hidden.device) * (max_tokens + 1)).view(batch, 1, 1)).reshape(-1)
+    contributions = (weights.unsqueeze(-1) * hidden.unsqueeze(2)).reshape(-1, dim)  # [B*T*K, D]
+    sums = hidden.new_zeros(batch * (max_tokens + 1), dim).index_add(0, rows, contributions)
+    sums = sums.view(batch, max_tokens + 1, dim)[:, :max_tokens]  # [B, N, D]
+    mass = weights.new_zeros(batch * (max_tokens + 1)).index_add(0, rows, weights.reshape(-1))
+    mass = mass.view(batch, max_tokens + 1)[:, :max_tokens]  # [B, N]
 
     token_mask = lengths_to_mask(num_tokens, max_tokens)
     partial = token_mask & (mass < 1.0)
@@ -94,7 +96,7 @@ def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
     embeddings = sums * scale.unsqueeze(-1)
 
     frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # last frame with alpha > 0
-    levels = torch.arange(1, max_tokens + 1, device=hidden.device, dtype=alphas.dtype).expand(batch, -1)
+    levels = torch.arange(1, max_tokens + 1, device=hidden.device, dtype=cumsum.dtype).expand(batch, -1)
     fire = torch.searchsorted(cumsum.detach().contiguous(), levels.contiguous())  # [B, N]
     fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
     fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))

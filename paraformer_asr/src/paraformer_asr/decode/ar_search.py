@@ -1,0 +1,148 @@
+"""Batched greedy and beam search for an autoregressive model with a key/value-cached ``decode_step``.
+
+The model must offer ``decode_step(encoder_out, prev_tokens, step, cache, enc_mask) -> (log_probs [B, V],
+cache)``, a cache with ``reorder_rows(rows)``, and the attributes ``bos_id``, ``eos_id``, ``pad_id`` and
+``never_emitted`` (ids the search never outputs: pad, bos, blank). All utterances (x beams) advance
+together through one batched ``decode_step`` per output position; the only Python loop is over
+output positions.
+
+Search rules shared by both searches:
+* max length: utterance b emits at most ``ceil(max_length_ratio * T'_b)`` tokens before eos, T'_b
+  being its encoder output length; at that length only eos is allowed.
+* shallow fusion (optional): next-token score = model log-prob + ``lm_weight`` * LM log-prob, the LM
+  (e.g. :class:`paraformer_asr.decode.ngram_lm.CharNgramLM`) being anything with
+  ``log_probs(histories [N, t] long) -> [N, V]``; histories are the emitted tokens without bos.
+* beam scores are normalised by length: sum of scores (eos included) / (tokens + 1) ** length_penalty.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from paraformer_asr.checks import assert_shape, check_padding_mask
+
+
+def max_output_lengths(enc_mask: torch.Tensor, max_length_ratio: float) -> torch.Tensor:
+    """enc_mask [B, T'] -> the most tokens (eos excluded) each utterance may emit, [B] long (>= 1)."""
+    if max_length_ratio <= 0:
+        raise ValueError(f"max_length_ratio must be > 0, got {max_length_ratio}")
+    frames = enc_mask.sum(dim=1).double()
+    return torch.ceil(frames * max_length_ratio).long().clamp(min=1)
+
+
+def next_token_scores(model, log_probs: torch.Tensor, history: torch.Tensor, max_lengths: torch.Tensor,
+                      lm=None, lm_weight: float = 0.0) -> torch.Tensor:
+    """Scores of every next token for N running hypotheses.
+
+    log_probs [N, V] from the model; history [N, t] long (emitted tokens, no bos); max_lengths [N]
+    -> [N, V]: never-emitted ids get -inf, LM log-probs are added with ``lm_weight``, and rows that
+    reached their max length may only emit eos.
+    """
+    dims = assert_shape(log_probs, "N,V", "search log_probs")
+    assert_shape(history, "N,t", "search history", dims)
+    scores = log_probs.clone()
+    scores[:, model.never_emitted] = float("-inf")
+    if lm is not None and lm_weight != 0.0:
+        scores = scores + lm_weight * lm.log_probs(history.cpu()).to(scores.device)
+    at_limit = (max_lengths <= history.shape[1]).unsqueeze(1)  # [N, 1]
+    not_eos = torch.ones_like(scores, dtype=torch.bool)
+    not_eos[:, model.eos_id] = False
+    return scores.masked_fill(at_limit & not_eos, float("-inf"))
+
+
+def _check_inputs(encoder_out: torch.Tensor, enc_mask: torch.Tensor, lm_weight: float) -> None:
+    dims = assert_shape(encoder_out, "B,T,D", "search encoder_out")
+    check_padding_mask(enc_mask, "search enc_mask", (dims["B"], dims["T"]))
+    if lm_weight < 0:
+        raise ValueError(f"lm_weight must be >= 0, got {lm_weight}")
+
+
+def ar_greedy_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, max_length_ratio: float = 1.0,
+                     lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Batched greedy decoding. encoder_out [B, T', D], enc_mask [B, T']
+    -> tokens [B, T_out] long (pad_id past each length, eos not included), lengths [B] long."""
+    _check_inputs(encoder_out, enc_mask, lm_weight)
+    batch = encoder_out.shape[0]
+    max_lengths = max_output_lengths(enc_mask, max_length_ratio)  # [B]
+    tokens = encoder_out.new_full((batch, 1), model.bos_id, dtype=torch.long)  # [B, 1 + t]
+    lengths = max_lengths.clone()
+    finished = torch.zeros(batch, dtype=torch.bool, device=encoder_out.device)
+    cache = None
+    for step in range(int(max_lengths.max()) + 1):
+        log_probs, cache = model.decode_step(encoder_out, tokens, step, cache, enc_mask)
+        best = next_token_scores(model, log_probs, tokens[:, 1:], max_lengths, lm, lm_weight).argmax(dim=-1)  # [B]
+        best = best.masked_fill(finished, model.pad_id)
+        ended = (best == model.eos_id) & ~finished
+        lengths = torch.where(ended, torch.full_like(lengths, step), lengths)
+        finished = finished | ended
+        tokens = torch.cat([tokens, best.unsqueeze(1)], dim=1)
+        if bool(finished.all()):
+            break
+    out = tokens[:, 1:int(lengths.max()) + 1]  # [B, T_out]
+    valid = torch.arange(out.shape[1], device=out.device).unsqueeze(0) < lengths.unsqueeze(1)
+    return out.masked_fill(~valid, model.pad_id), lengths
+
+
+def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, beam_size: int,
+                   length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
+                   lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Batched beam search. encoder_out [B, T', D], enc_mask [B, T'] ->
+    tokens [B, beam, T_out] long (pad_id past each length, no eos), scores [B, beam] (length-normalised,
+    best first; -inf where fewer than ``beam`` hypotheses finished), lengths [B, beam] long.
+
+    Per step the 2*beam best extensions of each utterance are ranked; an eos extension ranked within
+    the first ``beam`` finishes its hypothesis, which is kept aside in a pool of the ``beam`` best
+    finished ones; the ``beam`` best non-eos extensions stay live. An utterance stops once ``beam``
+    hypotheses have finished (at its max length every live beam finishes).
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    _check_inputs(encoder_out, enc_mask, lm_weight)
+    batch, beam, device = encoder_out.shape[0], beam_size, encoder_out.device
+    rows = batch * beam
+    max_lengths = max_output_lengths(enc_mask, max_length_ratio)  # [B]
+    width = int(max_lengths.max())
+    row_max_lengths = max_lengths.repeat_interleave(beam)  # [B*beam]
+    memory, memory_mask = encoder_out.repeat_interleave(beam, 0), enc_mask.repeat_interleave(beam, 0)
+    tokens = torch.full((rows, 1), model.bos_id, dtype=torch.long, device=device)  # [B*beam, 1 + t]
+    live = torch.full((batch, beam), float("-inf"), device=device)
+    live[:, 0] = 0.0  # one start hypothesis per utterance
+    pool_scores = torch.full((batch, beam), float("-inf"), device=device)
+    pool_tokens = torch.full((batch, beam, width), model.pad_id, dtype=torch.long, device=device)
+    pool_lengths = torch.zeros(batch, beam, dtype=torch.long, device=device)
+    finished_count = torch.zeros(batch, dtype=torch.long, device=device)
+    utterance_rows = (torch.arange(batch, device=device) * beam).unsqueeze(1)  # [B, 1]
+    rank = torch.arange(2 * beam, device=device).unsqueeze(0)  # [1, 2*beam]
+    cache = None
+    for step in range(width + 1):
+        log_probs, cache = model.decode_step(memory, tokens, step, cache, memory_mask)
+        scores = next_token_scores(model, log_probs, tokens[:, 1:], row_max_lengths, lm, lm_weight)  # [B*beam, V]
+        vocab = scores.shape[1]
+        candidates = (live.unsqueeze(-1) + scores.view(batch, beam, vocab)).view(batch, beam * vocab)
+        top, flat = candidates.topk(2 * beam, dim=1)  # [B, 2*beam], best first
+        origin, token = torch.div(flat, vocab, rounding_mode="floor"), flat % vocab
+        is_eos = token == model.eos_id
+        prefixes = tokens.view(batch, beam, step + 1)[:, :, 1:]  # [B, beam, step]
+        ends = is_eos & (rank < beam) & torch.isfinite(top)  # [B, 2*beam]
+        ended_scores = torch.where(ends, top / float(step + 1) ** length_penalty, float("-inf"))
+        ended_tokens = torch.full((batch, 2 * beam, width), model.pad_id, dtype=torch.long, device=device)
+        ended_tokens[:, :, :step] = prefixes.gather(1, origin.unsqueeze(-1).expand(-1, -1, step))
+        pool_scores, picked = torch.cat([pool_scores, ended_scores], dim=1).topk(beam, dim=1)
+        pool_tokens = torch.cat([pool_tokens, ended_tokens], dim=1).gather(
+            1, picked.unsqueeze(-1).expand(-1, -1, width))
+        pool_lengths = torch.cat([pool_lengths, torch.full_like(ended_scores, step, dtype=torch.long)], dim=1
+                                 ).gather(1, picked)
+        finished_count = finished_count + ends.sum(dim=1)
+        keep = (rank + is_eos.long() * 2 * beam).argsort(dim=1)[:, :beam]  # the beam best non-eos extensions
+        live = top.gather(1, keep)
+        done = (finished_count >= beam) | ~torch.isfinite(live).any(dim=1)  # [B]
+        if bool(done.all()):
+            break
+        live = live.masked_fill(done.unsqueeze(1), float("-inf"))
+        source = (utterance_rows + origin.gather(1, keep)).view(rows)  # [B*beam] rows the live beams extend
+        tokens = torch.cat([tokens.index_select(0, source), token.gather(1, keep).view(rows, 1)], dim=1)
+        cache = cache.reorder_rows(source)
+    exists = torch.isfinite(pool_scores)  # [B, beam]
+    pool_lengths = pool_lengths.masked_fill(~exists, 0)
+    pool_tokens = pool_tokens.masked_fill(~exists.unsqueeze(-1), model.pad_id)
+    return pool_tokens[:, :, :int(pool_lengths.max())], pool_scores, pool_lengths

@@ -1,0 +1,216 @@
+"""The HTTP service: ``create_app(loaded_model, settings) -> FastAPI``.
+
+    POST /transcribe   multipart form, WAV file in field ``file``  -> {"text", "duration_s", "rtf"}
+    GET  /health       model type, checkpoint, device, uptime, limits, batching statistics
+    GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
+
+``rtf`` is the request's processing time on the server (feature extraction, waiting for its batch, the batched
+decode) divided by the audio's duration. Every refused request answers JSON ``{"detail": "<message>"}``:
+400 unreadable audio (not a WAV, empty, truncated, unsupported encoding), 413 upload larger than
+``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the form field ``file``,
+503 while the server shuts down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import torch
+from fastapi import FastAPI, File, HTTPException, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+
+from paraformer_asr import __version__
+from paraformer_asr.data.wav import read_wav
+from paraformer_asr.errors import CheckpointError, DataError
+from paraformer_asr.inference import LoadedModel, features_from_file
+from paraformer_asr.serving.batcher import BatcherClosed, GreedyTranscriber, MicroBatcher
+from paraformer_asr.serving.settings import ServeSettings
+
+UPLOAD_FIELD = "file"
+_DRAIN_FACTOR = 4  # an oversized body up to this many times the limit is read and dropped before answering 413
+
+
+class Transcription(BaseModel):
+    text: str
+    duration_s: float
+    rtf: float
+
+
+class Health(BaseModel):
+    status: str
+    model_type: str
+    checkpoint: str
+    device: str
+    uptime_s: float
+    sample_rate: int
+    limits: dict
+    batching: dict
+
+
+class ErrorBody(BaseModel):
+    detail: str
+
+
+def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
+    """A FastAPI app serving ``loaded_model`` (an audio-trained checkpoint) within ``settings``' limits."""
+    if loaded_model.cfg.data.kind != "manifest":
+        raise CheckpointError(f"{loaded_model.path} was trained on '{loaded_model.cfg.data.kind}' features, not "
+                              f"audio; the service needs a checkpoint trained with data.kind: manifest")
+    device = next(loaded_model.model.parameters()).device
+    batcher = MicroBatcher(GreedyTranscriber(loaded_model, device), settings.max_batch_size, settings.max_wait_ms)
+    started = time.monotonic()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        try:
+            yield
+        finally:
+            await run_in_threadpool(batcher.close)
+
+    app = FastAPI(title="paraformer_asr speech recognition", version=__version__, lifespan=lifespan,
+                  description="Transcribe WAV uploads with a Paraformer checkpoint; concurrent requests are "
+                              "decoded together in dynamic micro-batches.")
+    app.add_middleware(UploadSizeLimit, max_bytes=settings.max_upload_bytes)
+    app.add_exception_handler(RequestValidationError, _missing_upload_answer)
+    app.state.batcher = batcher
+
+    errors = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
+
+    @app.post("/transcribe", response_model=Transcription, responses=errors)
+    async def transcribe(file: UploadFile = File(..., description="a WAV file (PCM 8/16/24/32-bit or float)")):
+        start = time.perf_counter()
+        data = await file.read()
+        features, duration_s = await run_in_threadpool(features_from_upload, data, loaded_model,
+                                                       settings.max_audio_seconds)
+        try:
+            future = batcher.submit(features)
+        except BatcherClosed as exc:
+            raise HTTPException(status_code=503, detail=str(exc)) from None
+        text = await asyncio.wrap_future(future)
+        return Transcription(text=text, duration_s=duration_s, rtf=(time.perf_counter() - start) / duration_s)
+
+    @app.get("/health", response_model=Health)
+    def health() -> Health:
+        return Health(status="ok", model_type=loaded_model.cfg.model.type, checkpoint=str(loaded_model.path),
+                      device=str(device), uptime_s=time.monotonic() - started,
+                      sample_rate=loaded_model.cfg.data.sample_rate, limits=settings.to_dict(),
+                      batching=batcher.stats())
+
+    return app
+
+
+def features_from_upload(data: bytes, loaded: LoadedModel, max_audio_seconds: float) -> tuple[torch.Tensor, float]:
+    """Uploaded WAV bytes -> (features [T, F] through the model's front end and normaliser, duration in seconds).
+
+    Raises HTTPException 400 for unreadable audio (the message names the 'uploaded file'), 413 for audio longer
+    than ``max_audio_seconds`` (checked before the front end runs)."""
+    with tempfile.TemporaryDirectory(prefix="paraformer_asr_upload_") as folder:
+        path = Path(folder) / "upload.wav"
+        path.write_bytes(data)
+        try:
+            samples, sample_rate = read_wav(path)  # [C, N]
+            duration_s = samples.shape[1] / sample_rate
+            if duration_s > max_audio_seconds:
+                raise HTTPException(status_code=413, detail=f"audio is {duration_s:.2f} s long; the limit is "
+                                                            f"{max_audio_seconds:g} s")
+            features, duration_s = features_from_file(path, loaded)
+        except DataError as exc:
+            raise HTTPException(status_code=400, detail=str(exc).replace(str(path), "uploaded file")) from None
+    return features, duration_s
+
+
+async def _missing_upload_answer(request: Request, exc: RequestValidationError) -> JSONResponse:
+    problems = "; ".join(f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors())
+    return JSONResponse(status_code=422, content={
+        "detail": f"send the WAV file as multipart/form-data in the field '{UPLOAD_FIELD}' ({problems})"})
+
+
+class UploadSizeLimit:
+    """ASGI middleware: request bodies larger than ``max_bytes`` get 413 before the app sees them.
+
+    The body is read here (counted as it arrives, never more than ``max_bytes`` kept) and handed on to the app.
+    An oversized body up to ``_DRAIN_FACTOR * max_bytes`` is read to its end and dropped before answering, so
+    that a client that sends its whole body before reading gets the 413 rather than a reset connection; a larger
+    one is answered at once and the connection closed.
+    """
+
+    def __init__(self, app, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            if declared <= _DRAIN_FACTOR * self.max_bytes:
+                await _drain(receive, declared)
+            await self._refuse(scope, receive, send, declared)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more_body = True
+        while more_body:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            more_body = message.get("more_body", False)
+            if size > self.max_bytes:
+                if more_body:
+                    size += await _drain(receive, _DRAIN_FACTOR * self.max_bytes - size)
+                await self._refuse(scope, receive, send, size)
+                return
+            chunks.append(chunk)
+        await self.app(scope, _replay(b"".join(chunks), receive), send)
+
+    async def _refuse(self, scope, receive, send, size: int) -> None:
+        detail = f"upload of {size} bytes is larger than the limit of {self.max_bytes} bytes"
+        await JSONResponse(status_code=413, content={"detail": detail})(scope, receive, send)
+
+
+def _content_length(scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _drain(receive, budget: int) -> int:
+    """Read and drop body chunks until the body ends or ``budget`` bytes were read; -> bytes read."""
+    read = 0
+    while read < budget:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return read
+
+
+def _replay(body: bytes, receive):
+    """An ASGI receive callable that gives the already-read body once, then defers to the real receive."""
+    sent = False
+
+    async def replayed_receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed_receive

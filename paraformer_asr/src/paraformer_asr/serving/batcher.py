@@ -1,0 +1,155 @@
+"""Dynamic micro-batching: concurrent requests are decoded together in one padded batch.
+
+A worker thread takes the oldest queued request, then waits at most ``max_wait_ms`` for more (taking whatever
+is already queued even after that), up to ``max_batch_size`` requests. Their features go through the package's
+collation into one padded batch and ONE batched greedy decode; each request's future gets its own text. Under
+light load a request waits at most ``max_wait_ms``; under heavy load batches fill up and throughput grows.
+
+Contracts:
+    GreedyTranscriber(loaded, device)(features: list of B tensors [T_i, F]) -> list of B texts
+    MicroBatcher(transcribe, max_batch_size, max_wait_ms).submit(features [T, F]) -> Future[str]
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from paraformer_asr.data.batching import Collator
+from paraformer_asr.decode.search import transcribe_batches
+from paraformer_asr.inference import LoadedModel
+
+
+class BatcherClosed(RuntimeError):
+    """The batcher is not running (not started yet, or shut down): no new requests are taken."""
+
+
+class GreedyTranscriber:
+    """Features of B utterances -> B texts, through one padded batch and one batched greedy decode."""
+
+    def __init__(self, loaded: LoadedModel, device: torch.device):
+        self.loaded = loaded
+        self.device = device
+        self.collate = Collator(loaded.tokenizer.pad_id)
+
+    def __call__(self, features: list[torch.Tensor]) -> list[str]:
+        no_tokens = torch.zeros(0, dtype=torch.long)
+        items = [{"id": str(index), "features": feats, "tokens": no_tokens, "text": "", "duration_s": 0.0}
+                 for index, feats in enumerate(features)]  # feats [T_i, F]
+        batch = self.collate(items)  # features [B, T_max, F], feat_mask [B, T_max]
+        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, "greedy")
+        return [self.loaded.tokenizer.decode(t.hyp_tokens) for t in transcripts]
+
+
+@dataclass
+class _Request:
+    features: torch.Tensor  # [T, F]
+    future: Future
+
+
+_STOP = object()  # queue sentinel put by close(): everything queued before it is still decoded
+
+
+class MicroBatcher:
+    def __init__(self, transcribe: Callable[[list[torch.Tensor]], list[str]], max_batch_size: int,
+                 max_wait_ms: float):
+        if max_batch_size < 1 or max_wait_ms < 0:
+            raise ValueError(f"need max_batch_size >= 1 and max_wait_ms >= 0, got {max_batch_size}, {max_wait_ms}")
+        self.transcribe = transcribe
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()  # guards _accepting/_thread and the statistics
+        self._accepting = False
+        self._thread: threading.Thread | None = None
+        self._batch_sizes: Counter[int] = Counter()
+        self._decode_seconds = 0.0
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                raise RuntimeError("the batcher was already started")
+            self._thread = threading.Thread(target=self._work, name="asr-micro-batcher", daemon=True)
+            self._accepting = True
+            self._thread.start()
+
+    def submit(self, features: torch.Tensor) -> Future:
+        """Queue one utterance's features [T, F]; the future resolves to its text."""
+        future: Future = Future()
+        with self._lock:  # a request accepted here is queued before close()'s sentinel, so it is decoded
+            if not self._accepting:
+                raise BatcherClosed("the transcription worker is not running")
+            self._queue.put(_Request(features, future))
+        return future
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stop taking requests, decode the ones already queued, and end the worker thread."""
+        with self._lock:
+            if not self._accepting:
+                return
+            self._accepting = False
+            self._queue.put(_STOP)
+            thread = self._thread
+        thread.join(timeout_s)
+
+    def stats(self) -> dict:
+        with self._lock:
+            batches = sum(self._batch_sizes.values())
+            requests = sum(size * count for size, count in self._batch_sizes.items())
+            return {
+                "batches": batches,
+                "requests": requests,
+                "mean_batch_size": requests / batches if batches else 0.0,
+                "max_batch_size_seen": max(self._batch_sizes, default=0),
+                "batch_size_counts": {str(size): self._batch_sizes[size] for size in sorted(self._batch_sizes)},
+                "decode_seconds": self._decode_seconds,
+                "queued": self._queue.qsize(),
+            }
+
+    def _work(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch, stopping = self._collect(first)
+            self._decode(batch)
+
+    def _collect(self, first: _Request) -> tuple[list[_Request], bool]:
+        """-> (up to max_batch_size requests, whether the stop sentinel was met)."""
+        batch = [first]
+        deadline = time.monotonic() + self.max_wait_s
+        while len(batch) < self.max_batch_size:
+            remaining = deadline - time.monotonic()
+            try:
+                item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _decode(self, batch: list[_Request]) -> None:
+        live = [request for request in batch if request.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        start = time.perf_counter()
+        try:
+            texts = self.transcribe([request.features for request in live])
+        except Exception as exc:  # handed to every waiting request; the worker keeps serving
+            for request in live:
+                request.future.set_exception(exc)
+            return
+        with self._lock:
+            self._batch_sizes[len(live)] += 1
+            self._decode_seconds += time.perf_counter() - start
+        for request, text in zip(live, texts):
+            request.future.set_result(text)

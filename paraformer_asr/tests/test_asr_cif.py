@@ -1,0 +1,91 @@
+"""CIF: the vectorised integrator equals the plain loop, fires exactly N tokens when scaled, and the
+predictor's helper interface (positions, alignment targets, plot data)."""
+
+import pytest
+import torch
+
+from asr_reference import loop_cif
+from paraformer_asr.checks import lengths_to_mask
+from paraformer_asr.models.cif import (CifPredictor, alignment_plot_data, cif_integrate, extract_token_positions,
+                                       generate_alignment_targets, inference_token_count)
+
+
+def _random_case(seed: int, batch=5, frames=60, dim=8, scale=0.9):
+    gen = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(batch, frames, dim, generator=gen)
+    lengths = torch.randint(5, frames + 1, (batch,), generator=gen)
+    lengths[0] = frames
+    alphas = torch.rand(batch, frames, generator=gen) * scale * lengths_to_mask(lengths, frames)
+    return hidden, alphas, lengths
+
+
+def _compare_with_loop(hidden, alphas, num_tokens):
+    embeddings, token_mask, fires = cif_integrate(hidden, alphas, num_tokens)
+    ref_embeddings, ref_fires = loop_cif(hidden, alphas, num_tokens)
+    assert token_mask.sum(1).tolist() == [len(r) for r in ref_embeddings]
+    for row, (ref, ref_fire) in enumerate(zip(ref_embeddings, ref_fires)):
+        if ref:
+            assert torch.allclose(embeddings[row, : len(ref)], torch.stack(ref).float(), atol=1e-5)
+        assert fires[row, : len(ref)].tolist() == ref_fire
+        assert float(embeddings[row, len(ref):].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_vectorised_cif_equals_loop_at_inference(seed):
+    hidden, alphas, _ = _random_case(seed)
+    _compare_with_loop(hidden, alphas, inference_token_count(alphas))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cif_scaled_to_target_fires_exactly_n_and_equals_loop(seed):
+    hidden, alphas, lengths = _random_case(seed, scale=0.5)
+    targets = torch.randint(1, 30, (alphas.shape[0],), generator=torch.Generator().manual_seed(seed))
+    targets[1] = int(lengths[1]) + 3  # more tokens than frames: alphas above 1, several fires per frame
+    scaled = alphas * (targets / alphas.sum(1)).unsqueeze(1)
+    embeddings, token_mask, fires = cif_integrate(hidden, scaled, targets)
+    assert token_mask.sum(1).tolist() == targets.tolist()
+    assert bool((fires[token_mask] >= 0).all())
+    _compare_with_loop(hidden, scaled, targets)
+
+
+def test_inference_count_is_round_of_alpha_sum_with_tail_rule():
+    alphas = torch.tensor([[0.6, 0.6, 0.3, 0.0], [0.6, 0.6, 0.2, 0.0], [0.2, 0.2, 0.0, 0.0]])
+    assert inference_token_count(alphas).tolist() == [2, 1, 0]  # 1.5 -> 2 (tail 0.5 fires), 1.4 -> 1, 0.4 -> 0
+    hidden = torch.arange(4.0).view(1, 4, 1).expand(3, 4, 1).contiguous()
+    emb, mask, fires = cif_integrate(hidden, alphas, inference_token_count(alphas))
+    # first utterance: token 0 = 0.6*f0 + 0.4*f1; tail token = (0.2*f1 + 0.3*f2) / 0.5
+    assert torch.allclose(emb[0, :, 0], torch.tensor([0.4, (0.2 * 1 + 0.3 * 2) / 0.5]))
+    assert fires[0].tolist() == [1, 2] and fires[2].tolist() == [-1, -1]
+
+
+def test_predictor_scales_to_target_length_and_gradients_flow():
+    torch.manual_seed(0)
+    pred = CifPredictor(16, dropout=0.0)
+    hidden = torch.randn(3, 25, 16, requires_grad=True)
+    mask = lengths_to_mask(torch.tensor([25, 20, 8]))
+    targets = torch.tensor([7, 3, 5])
+    cif = pred(hidden, mask, targets)
+    assert cif.num_tokens.tolist() == [7, 3, 5] and cif.embeddings.shape == (3, 7, 16)
+    assert torch.allclose(cif.integrated_alphas.sum(1), targets.float(), atol=1e-4)
+    assert torch.allclose(cif.alpha_sum, cif.alphas.sum(1))
+    cif.embeddings.sum().backward()
+    assert hidden.grad is not None and all(p.grad is not None for p in pred.parameters())
+
+
+def test_extract_token_positions_alignment_targets_and_plot_data():
+    alphas = torch.tensor([[0.5, 0.5, 0.5, 0.5, 0.3, 0.0], [0.9, 0.2, 0.0, 0.0, 0.0, 0.0]])
+    mask = alphas > 0
+    positions = extract_token_positions(alphas.unsqueeze(-1), mask)
+    assert positions == [[1, 3], [1]]
+    boundary = generate_alignment_targets([[1, 3], [0, 2]], 5, "boundary")
+    assert boundary.tolist() == [[0, 1, 0, 1, 0], [1, 0, 1, 0, 0]]
+    gaussian = generate_alignment_targets([[1, 3], []], 5, "gaussian", sigma=1.0)
+    assert gaussian.shape == (2, 5) and float(gaussian[0, 1]) == 1.0 and float(gaussian[1].sum()) == 0.0
+    assert 0.0 < float(gaussian[0, 2]) < 1.0
+    with pytest.raises(ValueError):
+        generate_alignment_targets([[9]], 5)
+    pred = CifPredictor(4, dropout=0.0)
+    cif = pred(torch.randn(2, 6, 4), mask)
+    data = alignment_plot_data(cif, mask, torch.tensor([[3, 9, 15], [5, -1, -1]]), subsampling_factor=2)
+    assert len(data) == 2 and len(data[0]["alphas"]) == 5 and len(data[1]["alphas"]) == 2
+    assert data[0]["boundaries"] == [1, 4, 4] and data[1]["boundaries"] == [1]
