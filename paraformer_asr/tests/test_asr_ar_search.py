@@ -1,0 +1,178 @@
+"""Batched greedy and beam search of the autoregressive baseline: contracts, loop references,
+eos / max-length handling, length normalisation and n-gram LM shallow fusion."""
+
+import math
+
+import pytest
+import torch
+
+from paraformer_asr.checks import lengths_to_mask
+from paraformer_asr.config import config_from_dict
+from paraformer_asr.data.batching import Collator
+from paraformer_asr.data.setup import build_data
+from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search, max_output_lengths
+from paraformer_asr.decode.ngram_lm import CharNgramLM
+from paraformer_asr.models.factory import build_model
+
+from conftest import tiny_raw_config
+
+PAD, BOS, EOS, A, B = 0, 1, 2, 4, 5  # scripted vocabulary of 6 ids (3 = unk)
+
+
+@pytest.fixture(scope="module")
+def ar_model_and_batch():
+    raw = tiny_raw_config()
+    raw["model"].update({"type": "transformer_ar", "dropout": 0.0})
+    cfg = config_from_dict(raw)
+    data = build_data(cfg)
+    torch.manual_seed(3)
+    model = build_model(cfg, data.input_dim, data.tokenizer)
+    batch = Collator(data.tokenizer.pad_id)([data.train[i] for i in range(5)])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(30):  # partly trained: hypotheses of different lengths, several plausible beams
+        loss = model.compute_loss(batch).total
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval(), batch
+
+
+def loop_greedy_reference(model, encoder_out, enc_mask, max_length_ratio):
+    """One utterance at a time, the whole prefix re-decoded (no cache) at every step."""
+    results = []
+    for b in range(encoder_out.shape[0]):
+        frames = int(enc_mask[b].sum())
+        memory, memory_mask = encoder_out[b:b + 1, :frames], enc_mask[b:b + 1, :frames]
+        limit = max(1, math.ceil(frames * max_length_ratio))
+        prefix = [model.bos_id]
+        while True:
+            tokens = torch.tensor([prefix])
+            logits = model.decoder(tokens, torch.ones_like(tokens, dtype=torch.bool), memory, memory_mask)[0, -1]
+            logits[model.never_emitted] = float("-inf")
+            token = model.eos_id if len(prefix) - 1 >= limit else int(logits.argmax())
+            if token == model.eos_id:
+                break
+            prefix.append(token)
+        results.append(prefix[1:])
+    return results
+
+
+def test_batched_greedy_equals_the_loop_reference(ar_model_and_batch):
+    model, batch = ar_model_and_batch
+    with torch.no_grad():
+        encoder_out, enc_mask = model.encode(batch.features, batch.feat_mask)
+        for ratio in (1.0, 0.4):
+            tokens, lengths = ar_greedy_search(model, encoder_out, enc_mask, max_length_ratio=ratio)
+            reference = loop_greedy_reference(model, encoder_out, enc_mask, ratio)
+            assert lengths.tolist() == [len(r) for r in reference]
+            assert tokens.shape == (5, max(len(r) for r in reference)) and tokens.dtype == torch.long
+            assert [tokens[b, : lengths[b]].tolist() for b in range(5)] == reference
+            assert bool((tokens[~lengths_to_mask(lengths, tokens.shape[1])] == model.pad_id).all())
+
+
+def test_greedy_equals_beam_search_with_beam_size_one(ar_model_and_batch):
+    model, batch = ar_model_and_batch
+    tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
+    assert len(set(lengths.tolist())) > 1  # the case covers hypotheses of different lengths
+    beams, scores, beam_lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=1)
+    assert beams.shape == (5, 1, tokens.shape[1]) and scores.shape == (5, 1)
+    assert torch.equal(beams[:, 0], tokens) and torch.equal(beam_lengths[:, 0], lengths)
+
+
+def test_beam_search_contract_sorted_finite_scores_and_valid_tokens(ar_model_and_batch):
+    model, batch = ar_model_and_batch
+    beams, scores, lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=4)
+    assert beams.shape[:2] == (5, 4) and scores.shape == (5, 4) and lengths.shape == (5, 4)
+    assert beams.shape[2] == int(lengths.max())
+    assert bool(torch.isfinite(scores).all()) and bool((scores <= 0).all())
+    assert bool((scores[:, :-1] >= scores[:, 1:]).all())
+    with torch.no_grad():
+        _, enc_mask = model.encode(batch.features, batch.feat_mask)
+    assert bool((lengths <= max_output_lengths(enc_mask, 1.0).unsqueeze(1)).all())
+    valid = torch.arange(beams.shape[2]).view(1, 1, -1) < lengths.unsqueeze(-1)
+    assert bool((beams[~valid] == model.pad_id).all())
+    assert not bool(torch.isin(beams[valid], torch.tensor(model.never_emitted + [model.eos_id])).any())
+    for b in range(5):  # the beams of one utterance are distinct hypotheses
+        hyps = {tuple(beams[b, k, : lengths[b, k]].tolist()) for k in range(4)}
+        assert len(hyps) == 4
+
+
+def test_batched_beam_search_equals_one_utterance_at_a_time(ar_model_and_batch):
+    model, batch = ar_model_and_batch
+    beams, scores, lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=3)
+    for b in range(5):
+        frames = int(batch.feat_lengths[b])
+        one = model.beam_search(batch.features[b:b + 1, :frames], batch.feat_mask[b:b + 1, :frames], beam_size=3)
+        assert torch.equal(one[2][0], lengths[b])
+        assert torch.allclose(one[1][0], scores[b], atol=1e-5)
+        assert torch.equal(one[0][0], beams[b, :, : one[0].shape[2]])
+
+
+class ScriptedCache:
+    def __init__(self, length):
+        self.length = length
+
+    def reorder_rows(self, rows):
+        return self
+
+
+class ScriptedModel:
+    """Next-token log-probs depend only on the step: table [steps, V] (the last row repeats)."""
+
+    bos_id, eos_id, pad_id, never_emitted = BOS, EOS, PAD, [PAD, BOS]
+
+    def __init__(self, probs):
+        self.table = torch.tensor(probs, dtype=torch.float32).clamp(min=1e-9).log()
+
+    def decode_step(self, encoder_out, prev_tokens, step, cache, enc_mask):
+        assert prev_tokens.shape[1] == step + 1 and (cache is None or cache.length == step)
+        row = self.table[min(step, self.table.shape[0] - 1)]
+        return row.expand(prev_tokens.shape[0], -1), ScriptedCache(step + 1)
+
+
+def scripted_inputs(frames):
+    encoder_out = torch.zeros(len(frames), max(frames), 4)
+    return encoder_out, lengths_to_mask(torch.tensor(frames), max(frames))
+
+
+def test_max_length_comes_from_the_encoder_length():
+    model = ScriptedModel([[0, 0, 1e-6, 0, 0.6, 0.4]])  # eos is (almost) never chosen
+    encoder_out, enc_mask = scripted_inputs([3, 5])
+    for ratio, expected in ((1.0, [3, 5]), (0.5, [2, 3])):
+        tokens, lengths = ar_greedy_search(model, encoder_out, enc_mask, max_length_ratio=ratio)
+        assert lengths.tolist() == expected and tokens[0, : expected[0]].tolist() == [A] * expected[0]
+        _, _, beam_lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size=2, max_length_ratio=ratio)
+        assert beam_lengths[:, 0].tolist() == expected
+
+
+def test_length_normalisation_changes_the_ranking_by_the_documented_formula():
+    # step 0: eos 0.45, a 0.55; step 1 (after 'a'): eos 0.5, a 0.3, b 0.2
+    model = ScriptedModel([[0, 0, 0.45, 0, 0.55, 0], [0, 0, 0.5, 0, 0.3, 0.2]])
+    encoder_out, enc_mask = scripted_inputs([4])
+    empty, one_a = math.log(0.45), math.log(0.55) + math.log(0.5)
+    tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size=2, length_penalty=0.0)
+    assert lengths[0].tolist() == [0, 1] and tokens[0, 1, 0] == A
+    assert torch.allclose(scores[0], torch.tensor([empty, one_a]), atol=1e-5)
+    tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size=2, length_penalty=1.0)
+    assert lengths[0].tolist() == [1, 0] and tokens[0, 0, 0] == A
+    assert torch.allclose(scores[0], torch.tensor([one_a / 2, empty]), atol=1e-5)
+
+
+def test_lm_fusion_weight_zero_is_plain_search_and_a_positive_weight_follows_the_lm():
+    # the acoustic side slightly prefers 'a' then eos; the LM has mostly seen 'b'
+    model = ScriptedModel([[0, 0, 0.02, 0, 0.5, 0.48], [0, 0, 0.9, 0, 0.05, 0.05]])
+    lm = CharNgramLM(order=2, vocab_size=6, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[3])
+    lm.fit([[B]] * 10 + [[A]])
+    encoder_out, enc_mask = scripted_inputs([4, 4])
+    plain = ar_beam_search(model, encoder_out, enc_mask, beam_size=3)
+    zero = ar_beam_search(model, encoder_out, enc_mask, beam_size=3, lm=lm, lm_weight=0.0)
+    for got, expected in zip(zero, plain):
+        assert torch.equal(got, expected)
+    assert plain[0][:, 0, 0].tolist() == [A, A]
+    fused = ar_beam_search(model, encoder_out, enc_mask, beam_size=3, lm=lm, lm_weight=0.5)
+    assert fused[0][:, 0].tolist() == [[B], [B]] and fused[2][:, 0].tolist() == [1, 1]
+    greedy_plain, _ = ar_greedy_search(model, encoder_out, enc_mask)
+    greedy_fused, _ = ar_greedy_search(model, encoder_out, enc_mask, lm=lm, lm_weight=0.5)
+    assert greedy_plain.tolist() == [[A], [A]] and greedy_fused.tolist() == [[B], [B]]
+    with pytest.raises(ValueError, match="lm_weight"):
+        ar_beam_search(model, encoder_out, enc_mask, beam_size=2, lm=lm, lm_weight=-1.0)
