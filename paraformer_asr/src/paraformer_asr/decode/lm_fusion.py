@@ -1,0 +1,98 @@
+"""Shallow fusion of the character n-gram LM (decode/ngram_lm.py) into beam search.
+
+One entry point for every model type: :func:`lm_beam_search`. For a model with per-position
+posteriors (the Paraformer: ``posteriors(features, feat_mask) -> (log_probs [B, N, V], cif)``) it
+runs :func:`fused_posterior_beam_search`; for the autoregressive baseline it calls the model's own
+``beam_search(..., lm=, lm_weight=)`` (decode/ar_search.py), where the LM joins every step.
+
+Score of a hypothesis y_1..y_N of the Paraformer:
+    sum_i log P_am(y_i | position i) + lm_weight * (sum_i log P_lm(y_i | y_<i) + log P_lm(eos | y_1..y_N))
+The token count N is fixed by the CIF predictor, so the LM's end-of-sentence term is added with the
+last token of each utterance (before pruning), and the fused search ranks whole sentences.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.checks import assert_shape
+from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.decode.beam import factorized_beam_search
+from paraformer_asr.decode.ngram_lm import CharNgramLM
+
+
+def build_char_lm(texts: Iterable[str], tokenizer: CharTokenizer, order: int = 4) -> CharNgramLM:
+    """An n-gram LM over the tokenizer's ids estimated from (training) transcripts; unk and blank are
+    never predicted."""
+    exclude = [tokenizer.unk_id] + ([tokenizer.blank_id] if tokenizer.blank_id is not None else [])
+    lm = CharNgramLM(order, tokenizer.vocab_size, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id, exclude)
+    return lm.fit(tokenizer.encode(text) for text in texts)
+
+
+class SentenceLmScorer:
+    """Prefix scorer for :func:`factorized_beam_search`: history [R, k] -> LM log-probs [R, V] of the
+    token at position k, plus log P_lm(eos | history + token) for the rows whose utterance ends there.
+
+    ``lengths`` [R] holds the token count of each row's utterance (R = B * beam, row r belongs to
+    utterance r // beam); the scores come back on the device of ``lengths``.
+    """
+
+    def __init__(self, lm: CharNgramLM, lengths: torch.Tensor):
+        self.lm = lm
+        self.device = lengths.device
+        self.lengths = lengths.cpu()
+
+    def __call__(self, history: torch.Tensor) -> torch.Tensor:
+        rows, position = history.shape
+        history = history.cpu()
+        scores = self.lm.log_probs(history)  # [R, V]
+        ending = (self.lengths == position + 1).nonzero().flatten()  # rows whose last token is chosen now
+        if ending.numel() == 0:
+            return scores.to(self.device)
+        vocab = scores.shape[1]
+        candidates = torch.arange(vocab).repeat(ending.numel()).unsqueeze(1)  # [E*V, 1]
+        extended = torch.cat([history[ending].repeat_interleave(vocab, dim=0), candidates], dim=1)  # [E*V, k+1]
+        eos = self.lm.log_probs(extended)[:, self.lm.eos_id].view(-1, vocab)  # [E, V]
+        scores[ending] = scores[ending] + eos
+        return scores.to(self.device)
+
+
+def fused_posterior_beam_search(log_probs: torch.Tensor, token_mask: torch.Tensor, beam_size: int, pad_id: int,
+                                lm: CharNgramLM, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Beam search over per-position posteriors with shallow LM fusion, batched over utterances and beams.
+
+    log_probs [B, N, V], token_mask [B, N] bool -> tokens [B, beam, N] (pad_id past each length),
+    scores [B, beam] (am + lm_weight * lm sentence log-prob, best first; -inf for beams that cannot
+    exist). ``lm_weight`` 0 gives exactly :func:`factorized_beam_search`.
+    """
+    dims = assert_shape(log_probs, "B,N,V", "fusion log_probs")
+    assert_shape(token_mask, "B,N", "fusion token_mask", dims)
+    if lm_weight < 0:
+        raise ValueError(f"lm_weight must be >= 0, got {lm_weight}")
+    if lm.vocab_size != dims["V"]:
+        raise ValueError(f"the LM has {lm.vocab_size} tokens but the posteriors have {dims['V']}")
+    scorer = SentenceLmScorer(lm, token_mask.sum(dim=1).repeat_interleave(beam_size))
+    tokens, scores = factorized_beam_search(log_probs, token_mask, beam_size, pad_id, scorer, lm_weight)
+    return tokens, scores
+
+
+@torch.no_grad()
+def lm_beam_search(model: nn.Module, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
+                   lm: CharNgramLM, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Beam search with shallow fusion for any model of the package.
+
+    features [B, T, F], feat_mask [B, T] -> tokens [B, beam, T_out], scores [B, beam] (best first),
+    lengths [B, beam]: the same contract as the model's own ``beam_search``, which it equals at
+    ``lm_weight`` 0.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not hasattr(model, "posteriors"):
+        return model.beam_search(features, feat_mask, beam_size, lm=lm, lm_weight=lm_weight)
+    log_probs, cif = model.posteriors(features, feat_mask)
+    tokens, scores = fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, model.pad_id, lm, lm_weight)
+    lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()
+    return tokens, scores, lengths
