@@ -1,0 +1,42 @@
+"""benchmark_decoding: the same dict for both model types, consistent with the evaluation's scores."""
+
+import pytest
+import torch
+
+from paraformer_asr.config import config_from_dict
+from paraformer_asr.data.batching import Collator
+from paraformer_asr.data.setup import build_data
+from paraformer_asr.decode.speed import benchmark_decoding
+from paraformer_asr.models.factory import build_model
+from paraformer_asr.training.evaluation import evaluate
+
+from conftest import tiny_raw_config
+
+KEYS = {"method", "beam_size", "num_utterances", "num_batches", "batch_size", "seconds", "audio_seconds", "rtf",
+        "latency_ms_per_utterance", "latency_ms_per_batch", "cer"}
+
+
+@pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
+def test_benchmark_decoding_reports_consistent_numbers(model_type):
+    raw = tiny_raw_config()
+    raw["model"]["type"] = model_type
+    cfg = config_from_dict(raw)
+    data = build_data(cfg)
+    torch.manual_seed(0)
+    model = build_model(cfg, data.input_dim, data.tokenizer).eval()
+    collate = Collator(data.tokenizer.pad_id)
+    batches = [collate([data.val[i] for i in range(start, start + 4)]) for start in (0, 4, 8)]
+    device = torch.device("cpu")
+    for method in ("greedy", "beam"):
+        result = benchmark_decoding(model, batches, method, device, data.tokenizer, beam_size=2)
+        assert set(result) == KEYS and result["method"] == method
+        assert result["num_utterances"] == 12 and result["num_batches"] == 3 and result["batch_size"] == 4
+        assert result["beam_size"] == (2 if method == "beam" else 1)
+        assert result["seconds"] > 0 and result["audio_seconds"] == pytest.approx(sum(float(b.durations.sum())
+                                                                                      for b in batches))
+        assert result["rtf"] == pytest.approx(result["seconds"] / result["audio_seconds"])
+        assert result["latency_ms_per_utterance"] == pytest.approx(1000 * result["seconds"] / 12)
+        scores, _, _ = evaluate(model, batches, data.tokenizer, device, method, beam_size=2)
+        assert result["cer"] == pytest.approx(scores["cer"])
+    with pytest.raises(ValueError, match="greedy"):
+        benchmark_decoding(model, batches, "sampling", device, data.tokenizer)
