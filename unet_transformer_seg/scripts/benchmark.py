@@ -38,6 +38,8 @@ def measure(config_path, overrides, steps, warmup, queue):
     from unet_transformer_seg.training.loop import resolve_device, seed_everything
 
     cfg = load_config(config_path, overrides)
+    if cfg.run.num_threads is not None:
+        torch.set_num_threads(cfg.run.num_threads)
     seed_everything(cfg.run.seed)
     device = resolve_device(cfg.run.device)
     dataset = build_split(cfg, "train", train=True)
@@ -70,6 +72,7 @@ def measure(config_path, overrides, steps, warmup, queue):
         "images_per_s": steps * cfg.train.batch_size / elapsed,
         "parameters": sum(p.numel() for p in model.parameters()),
         "device": str(device),
+        "threads": torch.get_num_threads(),
     }
     rss_peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result["peak_rss_mib"] = rss_peak_kib / 1024
@@ -128,6 +131,7 @@ def main() -> int:
             "images_per_s_all_rounds": [round(r["images_per_s"], 2) for r in results],
             "parameters": results[0]["parameters"],
             "device": results[0]["device"],
+            "threads": results[0]["threads"],
             **{key: max(r[key] for r in results) for key in results[0] if key.endswith("_mib")},
         }
     models = summary["models"]

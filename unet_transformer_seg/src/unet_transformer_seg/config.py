@@ -30,6 +30,7 @@ class RunConfig:
     output_dir: str = _field("runs")
     seed: int = _field(0, min=0)
     device: str = _field("auto", choices=("auto", "cpu", "cuda"))
+    num_threads: Optional[int] = _field(None, min=1)  # CPU threads for torch; null = PyTorch's default
 
 
 @dataclass

@@ -134,6 +134,8 @@ class Trainer:
 
     def _build(self) -> None:
         cfg = self.cfg
+        if cfg.run.num_threads is not None:
+            torch.set_num_threads(cfg.run.num_threads)
         seed_everything(cfg.run.seed)
         datasets = build_datasets(cfg)
         self.train_set, self.val_set = datasets["train"], datasets["val"]
