@@ -1,0 +1,70 @@
+"""Serve a trained checkpoint over HTTP: python scripts/serve.py --checkpoint CKPT [--host 127.0.0.1] [--port 8000]
+    [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 30] [--max-upload-mb 10] [--device auto]
+
+POST /transcribe (multipart form, WAV in field 'file') -> {"text", "duration_s", "rtf"}; GET /health; docs at
+/docs. Concurrent requests are decoded together: the batcher waits at most --max-wait-ms to fill a batch of up to
+--max-batch-size. Needs the optional extra: pip install -e .[serve]. A run folder means its best.pt. The checkpoint
+must be trained on audio (data.kind: manifest). Stop with Ctrl-C / SIGTERM: queued requests are finished first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.errors import ConfigError  # noqa: E402
+
+SERVE_MODULES = ("fastapi", "uvicorn", "python_multipart")
+
+
+def check_serve_extra() -> None:
+    missing = [name for name in SERVE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"the service needs the optional 'serve' packages (missing: {', '.join(missing)}); "
+                          f"install them with: pip install -e .[serve]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    parser.add_argument("--max-audio-seconds", type=float, default=30.0)
+    parser.add_argument("--max-upload-mb", type=float, default=10.0)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: the config's)")
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
+    if not args.max_upload_mb > 0:
+        raise ConfigError(f"--max-upload-mb must be > 0, got {args.max_upload_mb}")
+    check_serve_extra()
+
+    import uvicorn
+
+    from paraformer_asr.inference import load_trained_model
+    from paraformer_asr.serving.app import create_app
+    from paraformer_asr.serving.settings import ServeSettings
+    from paraformer_asr.training.evaluation import resolve_device
+    from paraformer_asr.training.loop import apply_num_threads
+
+    settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
+                             max_audio_seconds=args.max_audio_seconds, max_batch_size=args.max_batch_size,
+                             max_wait_ms=args.max_wait_ms)
+    loaded = load_trained_model(args.checkpoint, resolve_device(args.device))
+    apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
+    app = create_app(loaded, settings)
+    print(f"serving {loaded.path} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
