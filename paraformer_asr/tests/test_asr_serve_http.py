@@ -1,0 +1,337 @@
+"""The speech-recognition service end to end: a real uvicorn server on loopback, a real HTTP client.
+
+The checkpoint is a tiny Paraformer trained for a few epochs (through the package's own loop and checkpoint
+writer) on synthetic digit 'speech': one tone per digit, written with write_wav, listed in a JSON Lines manifest.
+"""
+
+import http.client
+import importlib.util
+import json
+import math
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
+pytest.importorskip("uvicorn", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
+pytest.importorskip("python_multipart", reason="the ASR service needs the optional 'serve' extra")
+
+import uvicorn  # noqa: E402
+
+from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.config import config_from_dict  # noqa: E402
+from paraformer_asr.data.wav import write_wav  # noqa: E402
+from paraformer_asr.errors import CheckpointError  # noqa: E402
+from paraformer_asr.inference import features_from_file, load_trained_model  # noqa: E402
+from paraformer_asr.serving.app import create_app  # noqa: E402
+from paraformer_asr.serving.batcher import GreedyTranscriber  # noqa: E402
+from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
+from paraformer_asr.training.loop import train  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parents[1]
+RATE = 16000
+DIGIT_SECONDS, GAP_SECONDS = 0.12, 0.03
+TEXTS = ["12", "345", "6789", "101", "2468", "13579", "80", "9"]
+MAX_AUDIO_SECONDS = 2.0
+MAX_UPLOAD_BYTES = 100_000
+WAIT_S = 60  # bound on waiting for a server to come up / go down; never reached when things work
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(f"asr_serve_script_{name}", PROJECT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+load_test = load_script("load_test")
+
+
+def digit_speech(text: str, seed: int) -> torch.Tensor:
+    """One tone per digit (300 + 150 * digit Hz) with a short gap after each, plus light noise. -> samples [N]"""
+    generator = torch.Generator().manual_seed(seed)
+    t = torch.arange(int(DIGIT_SECONDS * RATE)) / RATE
+    parts = []
+    for char in text:
+        tone = 0.4 * torch.sin(2 * math.pi * (300 + 150 * int(char)) * t)
+        parts += [tone + 0.01 * torch.randn(t.shape[0], generator=generator), torch.zeros(int(GAP_SECONDS * RATE))]
+    return torch.cat(parts)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve_corpus")
+    lines = []
+    for index, text in enumerate(TEXTS):
+        write_wav(folder / f"utt{index}.wav", digit_speech(text, index), RATE)
+        lines.append(json.dumps({"audio": f"utt{index}.wav", "text": text}))
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoint(corpus):
+    cfg = config_from_dict({
+        "run": {"name": "serve", "output_dir": str(corpus / "runs"), "seed": 0, "num_threads": 1},
+        "data": {"kind": "manifest", "train_manifest": str(corpus / "train.jsonl"),
+                 "val_manifest": str(corpus / "train.jsonl"), "n_mels": 20},
+        "model": {"d_model": 32, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
+                  "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0},
+        "train": {"epochs": 3, "batch_size": 4, "eval_batch_size": 8, "lr": 0.003, "warmup_steps": 2,
+                  "log_every": 50, "plot_utterances": 0},
+    })
+    return train(cfg) / "checkpoints" / "last.pt"
+
+
+@pytest.fixture(scope="module")
+def loaded(checkpoint):
+    return load_trained_model(checkpoint, torch.device("cpu"))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(loaded):
+    """The app under uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
+    settings = ServeSettings(max_upload_bytes=MAX_UPLOAD_BYTES, max_audio_seconds=MAX_AUDIO_SECONDS,
+                             max_batch_size=8, max_wait_ms=20.0)
+    port = free_port()
+    uv_server = uvicorn.Server(uvicorn.Config(create_app(loaded, settings), host="127.0.0.1", port=port,
+                                              log_level="warning"))
+    thread = threading.Thread(target=uv_server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while not uv_server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    uv_server.should_exit = True
+    thread.join(WAIT_S)
+
+
+def connect(url: str) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection(*load_test.loopback_address(url), timeout=WAIT_S)
+
+
+def get(url: str, path: str) -> tuple[int, dict]:
+    connection = connect(url)
+    try:
+        return load_test.request_json(connection, "GET", path)
+    finally:
+        connection.close()
+
+
+def upload(url: str, data: bytes, field: str = "file") -> tuple[int, dict]:
+    body, content_type = load_test.multipart_body(data, field=field)
+    connection = connect(url)
+    try:
+        return load_test.request_json(connection, "POST", "/transcribe", body, content_type)
+    finally:
+        connection.close()
+
+
+def wav_bytes(tmp_path, samples: torch.Tensor, name: str = "x.wav") -> bytes:
+    write_wav(tmp_path / name, samples, RATE)
+    return (tmp_path / name).read_bytes()
+
+
+def test_health_reports_model_checkpoint_device_and_limits(server, checkpoint):
+    status, health = get(server, "/health")
+    assert status == 200
+    assert health["status"] == "ok" and health["model_type"] == "paraformer" and health["device"] == "cpu"
+    assert health["checkpoint"] == str(checkpoint) and health["uptime_s"] >= 0
+    assert health["limits"]["max_upload_bytes"] == MAX_UPLOAD_BYTES
+    assert health["limits"]["max_audio_seconds"] == MAX_AUDIO_SECONDS
+    assert {"batches", "requests", "max_batch_size_seen", "batch_size_counts"} <= set(health["batching"])
+
+
+def test_openapi_docs_are_served(server):
+    connection = connect(server)
+    try:
+        connection.request("GET", "/docs")
+        response = connection.getresponse()
+        assert response.status == 200 and b"swagger" in response.read().lower()
+    finally:
+        connection.close()
+    status, schema = get(server, "/openapi.json")
+    assert status == 200 and {"/transcribe", "/health"} <= set(schema["paths"])
+
+
+def test_transcribe_returns_text_duration_and_rtf(server, corpus, loaded):
+    path = corpus / "utt5.wav"
+    status, answer = upload(server, path.read_bytes())
+    assert status == 200, answer
+    assert set(answer) == {"text", "duration_s", "rtf"}
+    assert answer["duration_s"] == pytest.approx(len(TEXTS[5]) * (DIGIT_SECONDS + GAP_SECONDS), abs=1e-6)
+    assert answer["rtf"] > 0
+    features, _ = features_from_file(path, loaded)
+    assert answer["text"] == GreedyTranscriber(loaded, torch.device("cpu"))([features])[0]
+
+
+def test_batched_decoding_matches_one_utterance_at_a_time(corpus, loaded):
+    transcriber = GreedyTranscriber(loaded, torch.device("cpu"))
+    features = [features_from_file(corpus / f"utt{i}.wav", loaded)[0] for i in range(len(TEXTS))]
+    single = [transcriber([f])[0] for f in features]
+    assert len(set(single)) >= 3, f"the test model should tell the utterances apart, got {single}"
+    assert transcriber(features) == single
+    assert transcriber(features[::-1]) == single[::-1]
+
+
+def truncated_wav(tmp_path) -> bytes:
+    return wav_bytes(tmp_path, digit_speech("123", 0))[:-101]
+
+
+def too_long_wav(tmp_path) -> bytes:
+    return wav_bytes(tmp_path, torch.zeros(int((MAX_AUDIO_SECONDS + 0.5) * RATE)))
+
+
+@pytest.mark.parametrize("make_body, status, message", [
+    (lambda tmp: b"this is plain text, not audio", 400, "not a WAV file"),
+    (lambda tmp: b"", 400, "empty"),
+    (truncated_wav, 400, "truncated WAV"),
+    (too_long_wav, 413, f"the limit is {MAX_AUDIO_SECONDS:g} s"),
+    (lambda tmp: bytes(MAX_UPLOAD_BYTES + 1), 413, f"larger than the limit of {MAX_UPLOAD_BYTES} bytes"),
+], ids=["not-a-wav", "empty", "truncated", "too-long", "too-large"])
+def test_bad_uploads_get_a_4xx_json_error_and_the_server_keeps_serving(server, corpus, tmp_path, make_body, status,
+                                                                       message):
+    answer_status, answer = upload(server, make_body(tmp_path))
+    assert answer_status == status and message in answer["detail"]
+    assert "upload_" not in answer["detail"], "the server's temporary path must not leak into messages"
+    good_status, good = upload(server, (corpus / "utt0.wav").read_bytes())
+    assert good_status == 200 and good["duration_s"] > 0
+
+
+def test_too_large_chunked_upload_without_length_is_refused(server):
+    body, content_type = load_test.multipart_body(bytes(MAX_UPLOAD_BYTES + 1))
+    connection = connect(server)
+    try:
+        chunks = (body[i:i + 16_384] for i in range(0, len(body), 16_384))
+        connection.request("POST", "/transcribe", body=chunks, encode_chunked=True,
+                           headers={"Content-Type": content_type, "Transfer-Encoding": "chunked"})
+        response = connection.getresponse()
+        assert response.status == 413 and "larger than the limit" in json.loads(response.read())["detail"]
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("request_body", ["wrong-field", "no-file", "no-body"])
+def test_missing_file_field_gets_422_json(server, corpus, request_body):
+    connection = connect(server)
+    try:
+        if request_body == "wrong-field":
+            body, content_type = load_test.multipart_body((corpus / "utt0.wav").read_bytes(), field="audio")
+        elif request_body == "no-file":
+            body, content_type = b"name=value", "application/x-www-form-urlencoded"
+        else:
+            body, content_type = None, None
+        status, answer = load_test.request_json(connection, "POST", "/transcribe", body, content_type)
+    finally:
+        connection.close()
+    assert status == 422 and "field 'file'" in answer["detail"]
+    assert get(server, "/health")[0] == 200
+
+
+def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server, corpus):
+    payloads = [(corpus / f"utt{i}.wav").read_bytes() for i in range(len(TEXTS))]
+    alone = [upload(server, data)[1]["text"] for data in payloads]  # one at a time: batches of one
+    before = get(server, "/health")[1]["batching"]
+    rounds = 2
+    start_together = threading.Barrier(len(payloads))
+
+    def client(index: int) -> list[str]:
+        texts = []
+        for _ in range(rounds):
+            start_together.wait(WAIT_S)
+            status, answer = upload(server, payloads[index])
+            assert status == 200, answer
+            texts.append(answer["text"])
+        return texts
+
+    with ThreadPoolExecutor(max_workers=len(payloads)) as pool:
+        answers = list(pool.map(client, range(len(payloads))))
+    assert answers == [[text] * rounds for text in alone]
+    after = get(server, "/health")[1]["batching"]
+    assert after["requests"] - before["requests"] == rounds * len(payloads)
+    assert after["batches"] - before["batches"] < rounds * len(payloads), "no request shared a batch"
+    assert 1 < after["max_batch_size_seen"] <= 8
+
+
+def test_bounded_load_test_has_no_errors(server, corpus, tmp_path, capsys):
+    audio = [str(corpus / f"utt{i}.wav") for i in range(len(TEXTS))]
+    out, table = tmp_path / "load.json", tmp_path / "load.md"
+    code = run_main(load_test.main, ["--url", server, "--audio", *audio, "--requests", "100", "--concurrency", "8",
+                                     "--max-seconds", "120", "--out", str(out), "--markdown", str(table)])
+    report = json.loads(out.read_text())
+    assert code == 0, report["error_samples"]
+    assert report["ok"] == 100 and report["errors"] == 0 and report["not_sent"] == 0
+    latency = report["latency_ms"]
+    assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["max"]
+    assert report["requests_per_s"] > 0 and report["server_batching"]["requests"] >= 100
+    rows = table.read_text().strip().splitlines()
+    assert len(rows) == 3 and rows[2].startswith("| 100 | 8 | 0 |")
+    assert json.loads(capsys.readouterr().out) == report
+
+
+def test_load_test_refuses_other_hosts(capsys):
+    assert run_main(load_test.main, ["--url", "http://example.com:8000", "--audio", "x.wav"]) == 2
+    assert "loopback" in capsys.readouterr().err
+
+
+def test_a_toy_feature_checkpoint_cannot_be_served(loaded):
+    toy_cfg = config_from_dict({**loaded.cfg.to_dict(), "data": {"kind": "toy"}})
+    with pytest.raises(CheckpointError, match="data.kind: manifest"):
+        create_app(replace(loaded, cfg=toy_cfg), ServeSettings())
+
+
+def test_serve_script_user_errors_exit_2(tmp_path, checkpoint, monkeypatch, capsys):
+    serve = load_script("serve")
+    assert run_main(serve.main, ["--checkpoint", str(tmp_path / "missing.pt")]) == 2
+    assert "error: checkpoint not found" in capsys.readouterr().err
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    assert run_main(serve.main, ["--checkpoint", str(tmp_path / "junk.pt")]) == 2
+    assert "junk.pt" in capsys.readouterr().err
+    assert run_main(serve.main, ["--checkpoint", str(checkpoint), "--max-batch-size", "0"]) == 2
+    assert "max_batch_size" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # find_spec reports it missing
+    assert run_main(serve.main, ["--checkpoint", str(checkpoint)]) == 2
+    assert "pip install -e .[serve]" in capsys.readouterr().err
+
+
+def test_serve_script_serves_and_stops_cleanly_on_sigint(checkpoint, corpus):
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(PROJECT / "scripts" / "serve.py"), "--checkpoint", str(checkpoint),
+                                "--port", str(port), "--max-wait-ms", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            assert process.poll() is None, process.communicate()[1]
+            assert time.monotonic() < deadline, "serve.py did not come up"
+            try:
+                status, health = get(url, "/health")
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert status == 200 and health["checkpoint"] == str(checkpoint)
+        assert health["limits"]["max_wait_ms"] == 2.0
+        status, answer = upload(url, (corpus / "utt1.wav").read_bytes())
+        assert status == 200 and answer["duration_s"] > 0
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=WAIT_S)
+    assert process.returncode == 0, stderr
+    assert f"on http://127.0.0.1:{port}" in stdout and "Traceback" not in stderr
