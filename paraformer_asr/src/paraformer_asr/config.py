@@ -116,6 +116,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     max_bad_batches: int = 5
     compile: bool = False
+    compile_backend: str = field(default="inductor", metadata=_choices("inductor", "aot_eager", "eager"))
     plot_utterances: int = 3
 
 

@@ -35,6 +35,15 @@ from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
 from paraformer_asr.training.run_folder import RunFolder, setup_logging
 
 
+def compile_stacks(model: torch.nn.Module, backend: str) -> None:
+    """torch.compile the encoder and decoder in place (state_dict keys unchanged). The CIF predictor
+    stays eager: its token count is data-dependent."""
+    for name in ("encoder", "decoder"):
+        module = getattr(model, name, None)
+        if module is not None:
+            module.compile(backend=backend, dynamic=True)
+
+
 class TrainingInterrupted(Exception):
     """Raised after SIGINT/SIGTERM once last.pt is saved; carries the signal and the run folder."""
 
@@ -115,8 +124,7 @@ class Trainer:
         t = cfg.train
         self.model = build_model(cfg, data.input_dim, self.tokenizer).to(self.device)
         if t.compile:
-            for child in self.model.children():
-                child.compile()
+            compile_stacks(self.model, t.compile_backend)
         pad = self.tokenizer.pad_id
         self.train_loader, self.train_sampler = make_loader(data.train, t.batch_size, pad, True, cfg.run.seed,
                                                             t.num_workers)
@@ -239,7 +247,7 @@ class Trainer:
             out = self.model.compute_loss(batch)
         loss = out.total.float()
         if not bool(torch.isfinite(loss)):
-            self._bad_batch(f"non-finite loss {float(loss)} on batch {p.batch_in_epoch} of epoch {p.epoch + 1} "
+            self._bad_batch(f"non-finite loss {float(loss.detach())} on batch {p.batch_in_epoch} of epoch {p.epoch + 1} "
                             f"(ids {batch.ids[:3]}...)")
             return False
         self.scaler.scale(loss / t.accumulate_steps).backward()

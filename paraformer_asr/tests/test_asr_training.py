@@ -1,0 +1,94 @@
+"""Training loop features on a tiny model: NaN guard, gradient accumulation, activation checkpointing, compile."""
+
+import math
+
+import pytest
+import torch
+
+from paraformer_asr.config import config_from_dict
+from paraformer_asr.data.setup import build_data
+from paraformer_asr.errors import TrainingError
+from paraformer_asr.models.factory import build_model
+from paraformer_asr.models.paraformer import Paraformer
+from paraformer_asr.training.loop import Trainer, compile_stacks, warmup_cosine
+from paraformer_asr.training.run_folder import RunFolder
+
+from conftest import tiny_raw_config
+
+
+def _trainer(tmp_path, **train):
+    raw = tiny_raw_config(str(tmp_path / "runs"))
+    raw["train"].update({"plot_utterances": 0, **train})
+    cfg = config_from_dict(raw)
+    return Trainer(cfg, RunFolder.create(cfg), build_data(cfg))
+
+
+def _nan_every(n, monkeypatch):
+    original = Paraformer.compute_loss
+    calls = {"count": 0}
+
+    def patched(self, batch):
+        out = original(self, batch)
+        calls["count"] += 1
+        if calls["count"] % n == 0:
+            out.total = out.total * float("nan")
+        return out
+
+    monkeypatch.setattr(Paraformer, "compute_loss", patched)
+
+
+def test_nan_guard_skips_bad_batches_and_keeps_training(tmp_path, monkeypatch):
+    _nan_every(3, monkeypatch)
+    trainer = _trainer(tmp_path, epochs=1)
+    trainer.fit()
+    row = trainer.history[-1]
+    assert row["skipped_batches"] == 2 and row["step"] == 4  # 6 batches, every third is NaN
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert "skipping batch: non-finite loss" in (trainer.run.path / "train.log").read_text()
+
+
+def test_nan_guard_stops_with_a_clear_message_when_bad_batches_keep_coming(tmp_path, monkeypatch):
+    _nan_every(1, monkeypatch)
+    trainer = _trainer(tmp_path, epochs=1, max_bad_batches=3)
+    with pytest.raises(TrainingError, match="3 batches in a row gave a non-finite loss"):
+        trainer.fit()
+
+
+def test_gradient_accumulation_steps_once_per_group(tmp_path):
+    trainer = _trainer(tmp_path, epochs=1, accumulate_steps=4)
+    trainer.fit()
+    assert trainer.batches_per_epoch == 6 and trainer.progress.global_step == 2  # groups of 4 + 2
+
+
+def test_warmup_then_cosine_schedule():
+    schedule = warmup_cosine(10, 110)
+    assert schedule(0) == pytest.approx(0.1) and schedule(9) == pytest.approx(1.0)
+    assert schedule(60) == pytest.approx(0.01 + 0.99 * 0.5) and schedule(110) == pytest.approx(0.01)
+    assert all(schedule(s) >= schedule(s + 1) for s in range(10, 120))
+
+
+def _grads(cfg, data, batch):
+    torch.manual_seed(0)
+    model = build_model(cfg, data.input_dim, data.tokenizer).train()
+    model.compute_loss(batch).total.backward()
+    return {name: None if p.grad is None else p.grad.clone() for name, p in model.named_parameters()}
+
+
+def test_activation_checkpointing_gives_the_same_gradients(tiny_data, tiny_batch):
+    raw = tiny_raw_config()
+    raw["model"].update({"dropout": 0.0, "glancing_ratio": 0.0})
+    plain = _grads(config_from_dict(raw), tiny_data, tiny_batch)
+    raw["model"]["activation_checkpointing"] = True
+    checkpointed = _grads(config_from_dict(raw), tiny_data, tiny_batch)
+    for name, grad in plain.items():
+        assert (grad is None and checkpointed[name] is None) or torch.allclose(grad, checkpointed[name], atol=1e-6), name
+
+
+def test_compiled_model_matches_eager(tiny_cfg, tiny_data, tiny_batch):
+    # backend "eager" exercises torch.compile's graph capture without a C++ build (minutes on a small CPU)
+    torch.manual_seed(0)
+    model = build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).eval()
+    expected = model.compute_loss(tiny_batch).total
+    compile_stacks(model, "eager")
+    assert torch.allclose(model.compute_loss(tiny_batch).total, expected, atol=1e-5)
+    assert set(model.state_dict()) == set(build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).state_dict())
