@@ -6,8 +6,8 @@
 C client threads (each with its own keep-alive connection) send N POST /transcribe uploads in total, cycling
 through the given WAV files (--audio FILES, or the first --max-files of a --manifest). No new request starts
 after --max-seconds. Prints the report as JSON: latency p50/p95/p99 (ms, per request, client side), requests/s
-(successful requests / wall time), error count with examples, and the server's batching statistics from
-/health. --markdown writes a one-row results table. Exit status 0 when every request succeeded, 1 otherwise,
+(successful requests / wall time), error count with examples, and the server's batching statistics over the
+test (the difference of /health before and after). --markdown writes a one-row results table. Exit status 0 when every request succeeded, 1 otherwise,
 2 for bad arguments.
 """
 
@@ -108,6 +108,7 @@ def run_load_test(url: str, payloads: list[bytes], num_requests: int, concurrenc
     bodies = [multipart_body(data) for data in payloads]
     tally = _Tally()
     tickets = itertools.count()  # next request index; next() on itertools.count is atomic under the GIL
+    batching_before = server_batching(host, port, timeout_s)
     start = time.perf_counter()
     deadline = start + max_seconds
 
@@ -137,7 +138,8 @@ def run_load_test(url: str, payloads: list[bytes], num_requests: int, concurrenc
         for future in [pool.submit(client) for _ in range(concurrency)]:
             future.result()
     wall_s = time.perf_counter() - start
-    return build_report(url, num_requests, concurrency, tally, wall_s, server_batching(host, port, timeout_s))
+    batching = batching_difference(batching_before, server_batching(host, port, timeout_s))
+    return build_report(url, num_requests, concurrency, tally, wall_s, batching)
 
 
 def server_batching(host: str, port: int, timeout_s: float) -> dict | None:
@@ -149,6 +151,20 @@ def server_batching(host: str, port: int, timeout_s: float) -> dict | None:
     finally:
         connection.close()
     return health.get("batching") if status == 200 else None
+
+
+def batching_difference(before: dict | None, after: dict | None) -> dict | None:
+    """The server's batching counters accumulated between two /health answers."""
+    if before is None or after is None:
+        return None
+    counts = {size: count - before["batch_size_counts"].get(size, 0)
+              for size, count in after["batch_size_counts"].items()}
+    counts = {size: count for size, count in counts.items() if count > 0}
+    batches = after["batches"] - before["batches"]
+    requests = after["requests"] - before["requests"]
+    return {"batches": batches, "requests": requests, "mean_batch_size": requests / batches if batches else 0.0,
+            "max_batch_size_seen": max((int(size) for size in counts), default=0), "batch_size_counts": counts,
+            "decode_seconds": round(after["decode_seconds"] - before["decode_seconds"], 3)}
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
