@@ -1,22 +1,22 @@
 """Bounded load test of a running speech-recognition server, on loopback only.
 
-    python scripts/load_test.py --url http://127.0.0.1:8000 --manifest ../data/speech/test.jsonl \
+    python scripts/load_test.py --url http://127.0.0.1:8000 --manifest /path/to/speech/test.jsonl
         [--requests 300] [--concurrency 8] [--max-seconds 120] [--out FILE.json] [--markdown FILE.md]
 
 C client threads (each with its own keep-alive connection) send N POST /transcribe uploads in total, cycling
 through the given WAV files (--audio FILES, or the first --max-files of a --manifest). No new request starts
 after --max-seconds. Prints the report as JSON: latency p50/p95/p99 (ms, per request, client side), requests/s
 (successful requests / wall time), error count with examples, and the server's batching statistics over the
-test (the difference of /health before and after). --markdown writes a one-row results table. Exit status 0 when every request succeeded, 1 otherwise,
-2 for bad arguments.
+test (the difference of /health before and after). --markdown writes a one-row results table. Exit status 0
+when every request succeeded, 1 otherwise, 2 for bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
-import itertools
 import json
+import queue
 import sys
 import threading
 import time
@@ -107,7 +107,9 @@ def run_load_test(url: str, payloads: list[bytes], num_requests: int, concurrenc
     host, port = loopback_address(url)
     bodies = [multipart_body(data) for data in payloads]
     tally = _Tally()
-    tickets = itertools.count()  # next request index; next() on itertools.count is atomic under the GIL
+    tickets: queue.SimpleQueue[int] = queue.SimpleQueue()  # request indices still to send
+    for index in range(num_requests):
+        tickets.put(index)
     batching_before = server_batching(host, port, timeout_s)
     start = time.perf_counter()
     deadline = start + max_seconds
@@ -116,8 +118,9 @@ def run_load_test(url: str, payloads: list[bytes], num_requests: int, concurrenc
         connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
         try:
             while time.perf_counter() < deadline:
-                index = next(tickets)
-                if index >= num_requests:
+                try:
+                    index = tickets.get_nowait()
+                except queue.Empty:
                     return
                 body, content_type = bodies[index % len(bodies)]
                 sent = time.perf_counter()
