@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from paraformer_asr.checks import lengths_to_mask
 from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import DataBundle, build_data, make_loader
@@ -338,9 +339,9 @@ class Trainer:
             return
         batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
         self.model.eval()
-        with torch.no_grad():
-            log_probs, cif = self.model.posteriors(batch.features, batch.feat_mask)
-            _, enc_mask = self.model.encode(batch.features, batch.feat_mask)
+        log_probs, cif = self.model.posteriors(batch.features, batch.feat_mask)
+        enc_lengths = self.model.encoder.output_lengths(batch.feat_lengths)
+        enc_mask = lengths_to_mask(enc_lengths, cif.alphas.shape[1])
         hyps = log_probs.argmax(-1).masked_fill(~cif.token_mask, self.tokenizer.pad_id)
         data = alignment_plot_data(cif, enc_mask, batch.boundaries, self.cfg.subsampling_factor, count)
         titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(hyps[i])}'"
