@@ -89,8 +89,9 @@ class ArDecoder(nn.Module):
     """Causal transformer decoder built from the package's DecoderBlock.
 
     forward(tokens [B, L] long, token_mask [B, L], memory [B, T, D], memory_mask [B, T]) -> logits [B, L, V]
-    Token embeddings are scaled by sqrt(D) and get sinusoidal positions; self-attention uses the
-    padding mask and a causal mask, so logits at position i depend on tokens 0..i only.
+    Token embeddings (initialised N(0, 1/D), then scaled by sqrt(D): the same magnitude as the
+    positions) get sinusoidal positions; self-attention uses the padding mask and a causal mask, so
+    logits at position i depend on tokens 0..i only.
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
@@ -100,6 +101,7 @@ class ArDecoder(nn.Module):
         self.d_model = d_model
         self.num_heads = num_heads
         self.token_embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.token_embedding.weight, std=d_model ** -0.5)
         self.positions = PositionalEncoding(d_model)
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, ffn_dim, dropout) for _ in range(num_layers))
