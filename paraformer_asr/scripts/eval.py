@@ -1,5 +1,6 @@
 """Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
-    [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--split val|test] [--manifest FILE.jsonl]
+    [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--lm-order N --lm-weight W]
+    [--split val|test] [--manifest FILE.jsonl]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
 num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features).
@@ -45,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save-predictions", help="write one JSON line per utterance: id, ref, hyp")
     parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")
     parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--lm-order", type=int, default=0,
+                        help="with --decode beam: fuse a character n-gram LM of this order, estimated from the "
+                             "checkpoint's training transcripts (0 = no LM)")
+    parser.add_argument("--lm-weight", type=float, default=0.3, help="shallow-fusion weight of the LM")
     parser.add_argument("--split", choices=("val", "test"), default="val")
     parser.add_argument("--manifest", help="JSON Lines manifest to evaluate (audio checkpoints)")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -53,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.beam_size < 1 or args.batch_size < 1:
         raise ConfigError("--beam-size and --batch-size must be >= 1")
+    if args.lm_order < 0 or args.lm_weight < 0 or (args.lm_order > 0 and args.decode != "beam"):
+        raise ConfigError("--lm-order and --lm-weight must be >= 0, and an LM needs --decode beam")
 
     import torch
 
@@ -68,10 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     if len(dataset) == 0:
         raise DataError("the evaluation set is empty")
     loader, _ = make_loader(dataset, args.batch_size, loaded.tokenizer.pad_id, shuffle=False, seed=0)
+    lm = None
+    if args.lm_order > 0:
+        from paraformer_asr.data.setup import training_transcripts
+        from paraformer_asr.decode.lm_fusion import build_char_lm
+
+        lm = build_char_lm(training_transcripts(loaded.cfg), loaded.tokenizer, args.lm_order)
     with torch.no_grad():
         scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, args.decode,
-                                             args.beam_size)
+                                             args.beam_size, lm, args.lm_weight)
     result = {**scores, "decode": args.decode, "beam_size": args.beam_size if args.decode == "beam" else 1,
+              "lm_order": args.lm_order, "lm_weight": args.lm_weight if lm is not None else 0.0,
               "checkpoint": str(loaded.path), "dataset": args.manifest or f"{loaded.cfg.data.kind}:{args.split}"}
     text = json.dumps(result, indent=2)
     if args.out:

@@ -51,8 +51,8 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     predictions = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
     assert len(predictions) == 16 and set(predictions[0]) == {"id", "ref", "hyp"}
     beam = json.loads(run_script("eval.py", "--checkpoint", run_dir / "checkpoints" / "last.pt", "--decode", "beam",
-                                 "--beam-size", "3", cwd=tmp_path).stdout)
-    assert SCORE_KEYS <= set(beam) and beam["decode"] == "beam"
+                                 "--beam-size", "3", "--lm-order", "2", "--lm-weight", "0.2", cwd=tmp_path).stdout)
+    assert SCORE_KEYS <= set(beam) and beam["decode"] == "beam" and beam["lm_order"] == 2
 
     from paraformer_asr.data.tokenizer import CharTokenizer
     from paraformer_asr.data.toy import ToySeq2SeqDataset

@@ -68,25 +68,30 @@ def check_vocabulary(texts: list[str], tokenizer: CharTokenizer, source: str) ->
                         f"{''.join(unknown)!r} (was the checkpoint trained on other data?)")
 
 
+def training_transcripts(cfg: Config) -> list[str]:
+    """The transcripts of the training split (for the tokenizer and n-gram language models)."""
+    if cfg.data.kind == "toy":
+        return ToySeq2SeqDataset.from_config(cfg.data.toy, "train").texts()
+    from paraformer_asr.data.manifest import read_manifest
+
+    return [e.text for e in read_manifest(cfg.data.train_manifest, skip_bad_files=cfg.data.skip_bad_files)]
+
+
 def build_data(cfg: Config, tokenizer: CharTokenizer | None = None, normalizer_state: dict | None = None,
                with_train: bool = True) -> DataBundle:
     """Datasets for training (tokenizer and normaliser fitted on the training split unless given)."""
     with_blank = cfg.model.ctc_weight > 0
+    if tokenizer is None:
+        tokenizer = CharTokenizer.build(training_transcripts(cfg), with_blank=with_blank)
     if cfg.data.kind == "toy":
         train = ToySeq2SeqDataset.from_config(cfg.data.toy, "train") if with_train else None
-        if tokenizer is None:
-            tokenizer = CharTokenizer.build(train.texts(), with_blank=with_blank)
         if train is not None:
             train.tokenizer = tokenizer
         val = ToySeq2SeqDataset.from_config(cfg.data.toy, "val", tokenizer)
         return DataBundle(tokenizer, None, train, val, cfg.data.toy.feature_dim)
 
     from paraformer_asr.data.frontend import FeatureNormalizer
-    from paraformer_asr.data.manifest import read_manifest
 
-    if tokenizer is None:
-        entries = read_manifest(cfg.data.train_manifest, skip_bad_files=cfg.data.skip_bad_files)
-        tokenizer = CharTokenizer.build([e.text for e in entries], with_blank=with_blank)
     normalizer = FeatureNormalizer.from_dict(normalizer_state) if normalizer_state is not None else None
     train = None
     if with_train:

@@ -35,8 +35,9 @@ class Transcript:
 
 
 def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch.device, method: str = "greedy",
-                       beam_size: int = 4) -> tuple[list[Transcript], float]:
-    """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'."""
+                       beam_size: int = 4, lm=None, lm_weight: float = 0.0) -> tuple[list[Transcript], float]:
+    """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
+    n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``."""
     model.eval()
     transcripts: list[Transcript] = []
     seconds = 0.0
@@ -45,6 +46,11 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
         start = time.perf_counter()
         if method == "greedy":
             tokens, lengths = greedy_decode(model, batch.features, batch.feat_mask)
+        elif method == "beam" and lm is not None:
+            from paraformer_asr.decode.lm_fusion import lm_beam_search
+
+            beams, _, beam_lengths = lm_beam_search(model, batch.features, batch.feat_mask, beam_size, lm, lm_weight)
+            tokens, lengths = beams[:, 0], beam_lengths[:, 0]
         elif method == "beam":
             beams, _, beam_lengths = beam_search(model, batch.features, batch.feat_mask, beam_size)
             tokens, lengths = beams[:, 0], beam_lengths[:, 0]

@@ -12,10 +12,11 @@ from paraformer_asr.metrics import score_transcripts
 
 
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: CharTokenizer, device: torch.device,
-             method: str = "greedy", beam_size: int = 4) -> tuple[dict, list[Transcript], list[str]]:
+             method: str = "greedy", beam_size: int = 4, lm=None,
+             lm_weight: float = 0.0) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;
     transcripts; hypothesis texts). rtf = decoding seconds / seconds of input."""
-    transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size)
+    transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight)
     hyp_texts = [tokenizer.decode(t.hyp_tokens) for t in transcripts]
     scores = score_transcripts([t.ref_tokens for t in transcripts], [t.hyp_tokens for t in transcripts],
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
