@@ -5,6 +5,7 @@ from unet_transformer_seg.checks import assert_shape, parameters_without_gradien
 from unet_transformer_seg.config import load_config
 from unet_transformer_seg.errors import NonFiniteError, ShapeError
 from unet_transformer_seg.models import UNet, UNetTransformer, build_model
+from unet_transformer_seg.models.unet import ConvBlock
 from unet_transformer_seg.models.transformer import (
     FeedForward, MultiHeadAttention, TransformerBlock, TransformerBottleneck, positional_encoding_2d,
 )
@@ -102,6 +103,8 @@ def test_block_feedforward_and_bottleneck_shapes():
     assert FeedForward(8, 2.0, 0.0)(x).shape == (2, 12, 8)
     assert TransformerBlock(8, 2, 2.0, 0.0, "explicit")(x).shape == (2, 12, 8)
     feature_map = torch.randn(2, 8, 3, 4)
+    for norm in ("batch", "group"):
+        assert ConvBlock(8, 12, norm)(feature_map).shape == (2, 12, 3, 4)
     assert TransformerBottleneck(8, 2, 2, 2.0, 0.0)(feature_map).shape == (2, 8, 3, 4)
     with pytest.raises(ShapeError, match="attention key: dim 2"):
         MultiHeadAttention(8, 2)(x, torch.randn(2, 5, 6))

@@ -92,6 +92,9 @@ def test_sigterm_saves_and_says_how_to_resume(tmp_path, uninterrupted):
     assert stdout.strip().splitlines()[-1] == str(run_dir)
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert 0 < state["global_step"] < 24
+    mismatched = run_script("train.py", "--resume", str(run_dir), "--set", "model.base_channels=16")
+    assert mismatched.returncode == 2 and "do not fit the config" in mismatched.stderr
+    assert "Traceback" not in mismatched.stderr
     result = run_script("train.py", "--resume", str(run_dir / "checkpoints" / "last.pt"))
     assert result.returncode == 0, result.stderr
     _assert_same(run_dir, uninterrupted)

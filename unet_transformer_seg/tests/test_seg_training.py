@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 import yaml
 

@@ -96,6 +96,7 @@ class UNet(nn.Module):
             x = decoder(torch.cat([upsample(x), skip], dim=1))
         logits = self.head(x)
         assert_shape(logits, f"B,{self.out_channels},H,W", name="model logits", dims=dims)
+        check_finite(logits, "model logits")
         return logits
 
 

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from ..checks import check_finite
 from ..config import Config, config_to_dict, save_config
 from ..data.datasets import build_datasets, eval_collate
-from ..errors import ConfigError, DataError
+from ..errors import CheckpointError, ConfigError, DataError
 from ..losses import build_loss, logits_to_labels
 from ..models import build_model
 from .checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
@@ -41,6 +41,10 @@ from .distributed import (
 from .evaluate import evaluate
 from .plots import plot_curves, plot_samples
 from .run_folder import close_logger, create_run_dir, setup_logger, write_history
+
+
+RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "history",
+               "best_score", "epoch_loss", "rng")
 
 
 @dataclass
@@ -176,7 +180,13 @@ class Trainer:
 
     def _load_resume_state(self) -> None:
         state = self.resume_state
-        self.model.load_state_dict(state["model"])
+        missing = [key for key in RESUME_KEYS if key not in state]
+        if missing:
+            raise CheckpointError(f"cannot resume from {self.resume_path}: it lacks {', '.join(missing)}")
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as exc:
+            raise CheckpointError(f"weights in {self.resume_path} do not fit the config: {exc}") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
