@@ -1,11 +1,14 @@
 """Train a model: python scripts/train.py --config configs/quick.yaml [--set train.lr=3e-4 ...] [--resume RUN_DIR]
 
+Several processes: torchrun --nproc_per_node=N scripts/train.py --config ... (train.batch_size is per process).
+
 The last line printed to stdout is the run folder. User errors exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,14 +36,17 @@ def main(argv: list[str] | None = None) -> int:
         if not args.config:
             raise ConfigError("--config is required (or --resume RUN_DIR)")
         cfg = load_config(args.config, args.overrides)
+    is_main = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 reports
     try:
         run_dir = train(cfg, resume=args.resume)
     except TrainingInterrupted as stop:
-        print(f"{stop}: saved {stop.run_dir / 'checkpoints' / 'last.pt'}; continue with: "
-              f"python scripts/train.py --resume {stop.run_dir}", file=sys.stderr)
-        print(stop.run_dir)
+        if is_main:
+            print(f"{stop}: saved {stop.run_dir / 'checkpoints' / 'last.pt'}; continue with: "
+                  f"python scripts/train.py --resume {stop.run_dir}", file=sys.stderr)
+            print(stop.run_dir)
         return 128 + stop.signum
-    print(run_dir)
+    if is_main:
+        print(run_dir)
     return 0
 
 

@@ -79,22 +79,30 @@ class Collator:
 
 
 class LengthBucketBatchSampler(Sampler[list[int]]):
-    """Batches of similar length so that padding stays small.
+    """Batches of similar length so that padding stays small; shardable across processes.
 
     Per epoch: shuffle all indices (seeded by ``seed`` and the epoch), cut them into pools of
-    ``batch_size * pool_batches``, sort each pool by length, cut pools into batches, shuffle the
-    batch order. Without ``shuffle`` the indices are sorted by length once. The order is a pure
-    function of (seed, epoch), and ``start_batch`` skips batches already done (exact resume).
+    ``global_batch * pool_batches``, sort each pool by length, cut pools into global batches of
+    ``batch_size * num_replicas`` items, shuffle the batch order. Without ``shuffle`` the indices are
+    sorted by length once. Process ``rank`` takes items ``rank, rank + num_replicas, ...`` of every
+    global batch (a global batch smaller than ``num_replicas`` is dropped so every process gets the
+    same number of batches). The order is a pure function of (seed, epoch), and ``start_batch``
+    skips batches already done (exact resume).
     """
 
     def __init__(self, lengths: list[int], batch_size: int, shuffle: bool = True, seed: int = 0,
-                 pool_batches: int = 50, drop_last: bool = False):
+                 pool_batches: int = 50, drop_last: bool = False, num_replicas: int = 1, rank: int = 0):
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} must be in [0, {num_replicas})")
         self.lengths = list(lengths)
         self.batch_size = batch_size
+        self.global_batch = batch_size * num_replicas
         self.shuffle = shuffle
         self.seed = seed
         self.pool_batches = pool_batches
         self.drop_last = drop_last
+        self.num_replicas = num_replicas
+        self.rank = rank
         self.epoch = 0
         self.start_batch = 0
 
@@ -102,15 +110,15 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         self.epoch = epoch
         self.start_batch = start_batch
 
-    def batches(self) -> list[list[int]]:
-        """All batches of the current epoch, in order (before ``start_batch`` is applied)."""
+    def global_batches(self) -> list[list[int]]:
+        """All global batches of the current epoch, in order."""
         order = list(range(len(self.lengths)))
         if not self.shuffle:
             order.sort(key=lambda i: self.lengths[i])
             return self._cut(order)
         rng = random.Random(self.seed * 100_003 + self.epoch)
         rng.shuffle(order)
-        pool_size = self.batch_size * self.pool_batches
+        pool_size = self.global_batch * self.pool_batches
         batches: list[list[int]] = []
         for start in range(0, len(order), pool_size):
             pool = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i])
@@ -118,9 +126,14 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         rng.shuffle(batches)
         return batches
 
+    def batches(self) -> list[list[int]]:
+        """This process's batches of the current epoch (before ``start_batch`` is applied)."""
+        return [batch[self.rank::self.num_replicas] for batch in self.global_batches()]
+
     def _cut(self, indices: list[int]) -> list[list[int]]:
-        batches = [indices[i:i + self.batch_size] for i in range(0, len(indices), self.batch_size)]
-        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+        size = self.global_batch
+        batches = [indices[i:i + size] for i in range(0, len(indices), size)]
+        if batches and (len(batches[-1]) < self.num_replicas or (self.drop_last and len(batches[-1]) < size)):
             batches.pop()
         return batches
 
@@ -128,4 +141,4 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
         yield from self.batches()[self.start_batch:]
 
     def __len__(self) -> int:
-        return max(0, len(self.batches()) - self.start_batch)
+        return max(0, len(self.global_batches()) - self.start_batch)

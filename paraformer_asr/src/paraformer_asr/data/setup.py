@@ -103,12 +103,16 @@ def build_data(cfg: Config, tokenizer: CharTokenizer | None = None, normalizer_s
     return DataBundle(tokenizer, normalizer, train, val, cfg.data.n_mels)
 
 
-def make_loader(dataset: Dataset, batch_size: int, pad_id: int, shuffle: bool, seed: int,
-                num_workers: int = 0) -> tuple[DataLoader, LengthBucketBatchSampler]:
-    """Length-bucketed loader. Its own generator keeps the global torch RNG untouched (exact resume)."""
+def make_loader(dataset: Dataset, batch_size: int, pad_id: int, shuffle: bool, seed: int, num_workers: int = 0,
+                num_replicas: int = 1, rank: int = 0) -> tuple[DataLoader, LengthBucketBatchSampler]:
+    """Length-bucketed loader (this process's shard when ``num_replicas`` > 1). Its own generator keeps
+    the global torch RNG untouched (exact resume)."""
     if len(dataset) == 0:
         raise DataError("the dataset is empty")
-    sampler = LengthBucketBatchSampler(item_lengths(dataset), batch_size, shuffle=shuffle, seed=seed)
+    if len(dataset) < num_replicas:
+        raise DataError(f"the dataset has {len(dataset)} items, fewer than the {num_replicas} processes")
+    sampler = LengthBucketBatchSampler(item_lengths(dataset), batch_size, shuffle=shuffle, seed=seed,
+                                       num_replicas=num_replicas, rank=rank)
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id), num_workers=num_workers,
                         generator=torch.Generator().manual_seed(seed))
     return loader, sampler

@@ -8,6 +8,7 @@ every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and sto
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import random
@@ -29,6 +30,8 @@ from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.errors import TrainingError
 from paraformer_asr.models.cif import alignment_plot_data
 from paraformer_asr.models.factory import build_model, count_parameters
+from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
+                                                 init_distributed, shutdown)
 from paraformer_asr.training.checkpointing import (capture_rng_state, load_checkpoint, resolve_checkpoint_path,
                                                    restore_rng_state, save_checkpoint)
 from paraformer_asr.training.evaluation import evaluate, resolve_device
@@ -114,21 +117,46 @@ class StopFlag:
         self.signum = signum
 
 
+class LossModule(torch.nn.Module):
+    """Wraps a model so that its ``compute_loss`` runs through ``forward`` (what DistributedDataParallel
+    needs to synchronise gradients). forward(batch) -> (total loss, dict of detached loss terms)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch) -> tuple[torch.Tensor, dict]:
+        out = self.model.compute_loss(batch)
+        return out.total, out.terms
+
+
 class Trainer:
-    def __init__(self, cfg: Config, run: RunFolder, data: DataBundle, state: dict | None = None):
+    def __init__(self, cfg: Config, run: RunFolder, data: DataBundle, state: dict | None = None,
+                 ctx: DistContext | None = None):
         self.cfg = cfg
         self.run = run
         self.data = data
+        self.ctx = ctx or DistContext()
         self.tokenizer: CharTokenizer = data.tokenizer
         self.device = resolve_device(cfg.run.device)
-        self.log = setup_logging(run.path / "train.log")
+        if self.device.type == "cuda" and self.ctx.enabled:
+            self.device = torch.device("cuda", self.ctx.local_rank)
+        self.log = setup_logging(run.path / "train.log" if self.ctx.is_main else None, quiet=not self.ctx.is_main)
         t = cfg.train
         self.model = build_model(cfg, data.input_dim, self.tokenizer).to(self.device)
         if t.compile:
             compile_stacks(self.model, t.compile_backend)
+        self.loss_module: torch.nn.Module = LossModule(self.model)
+        if self.ctx.enabled:
+            from torch.nn.parallel import DistributedDataParallel
+
+            self.loss_module = DistributedDataParallel(
+                self.loss_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True)  # e.g. the glancing embeddings when nothing is replaced
+            torch.manual_seed(cfg.run.seed + 1000 * self.ctx.rank)  # different dropout per rank
         pad = self.tokenizer.pad_id
         self.train_loader, self.train_sampler = make_loader(data.train, t.batch_size, pad, True, cfg.run.seed,
-                                                            t.num_workers)
+                                                            t.num_workers, self.ctx.world_size, self.ctx.rank)
         self.val_loader, _ = make_loader(data.val, t.eval_batch_size, pad, False, cfg.run.seed, t.num_workers)
         self.batches_per_epoch = len(self.train_sampler.batches())
         steps_per_epoch = math.ceil(self.batches_per_epoch / t.accumulate_steps)
@@ -146,6 +174,7 @@ class Trainer:
         self.best_cer = math.inf
         self.bad_streak = 0
         self.stop = StopFlag()
+        self._rng_to_restore: dict | None = None
         if state is not None:
             self._restore(state)
 
@@ -169,10 +198,10 @@ class Trainer:
             "best_cer": self.best_cer,
         }
 
-    def save(self, name: str) -> Path:
-        path = self.run.checkpoints / name
-        save_checkpoint(self._payload(), path)
-        return path
+    def save(self, name: str) -> None:
+        """Write ``checkpoints/<name>`` (only the main process writes)."""
+        if self.ctx.is_main:
+            save_checkpoint(self._payload(), self.run.checkpoints / name)
 
     def _restore(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -195,7 +224,7 @@ class Trainer:
                       cfg.model.type, count_parameters(self.model), len(self.data.train), len(self.data.val),
                       self.tokenizer.vocab_size, self.device)
         self.log.info("%d batches per epoch, %d optimizer steps in total", self.batches_per_epoch, self.total_steps)
-        if getattr(self, "_rng_to_restore", None) is not None:
+        if self._rng_to_restore is not None:
             restore_rng_state(self._rng_to_restore)
             self.log.info("resumed at epoch %d, batch %d, step %d", self.progress.epoch + 1,
                           self.progress.batch_in_epoch, self.progress.global_step)
@@ -205,8 +234,18 @@ class Trainer:
                 self._run_epoch()
         finally:
             self.stop.uninstall()
+        if self.ctx.enabled:
+            self.log.warning("rank %d final weights sha256 %s", self.ctx.rank, self.weights_digest())
         self.log.info("done: best val CER %.4f; run folder %s", self.best_cer, self.run.path)
         return self.run.path
+
+    def weights_digest(self) -> str:
+        """sha256 of all parameters' bytes (identical on every rank after distributed training)."""
+        digest = hashlib.sha256()
+        for name, tensor in sorted(self.model.state_dict().items()):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
 
     def _run_epoch(self) -> None:
         t, p = self.cfg.train, self.progress
@@ -234,29 +273,38 @@ class Trainer:
             bar.set_postfix(loss=f"{self.step_log[-1]['loss']:.3f}" if self.step_log else "")
             if t.checkpoint_every and p.global_step % t.checkpoint_every == 0:
                 self.save("last.pt")
-            if self.stop.signum is not None:
+            if self._stop_requested():
                 self.save("last.pt")
-                raise TrainingInterrupted(self.stop.signum, self.run.path)
+                raise TrainingInterrupted(self.stop.signum or signal.SIGTERM, self.run.path)
         bar.close()
         self._end_epoch(time.perf_counter() - started)
 
+    def _stop_requested(self) -> bool:
+        """A signal arrived (on any rank: all ranks must stop at the same step)."""
+        flag = 1.0 if self.stop.signum is not None else 0.0
+        return all_reduce_sum([flag], self.ctx, self.device)[0] > 0
+
     def _forward_backward(self, batch) -> bool:
-        """Loss and gradients of one batch; False (gradients dropped) when the loss is not finite."""
+        """Loss and gradients of one batch; False (gradients dropped) when the loss is not finite
+        (on any rank, so that all ranks skip together)."""
         t, p, sums = self.cfg.train, self.progress, self.progress.sums
         batch = batch.to(self.device)
         with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, enabled=self.use_autocast):
-            out = self.model.compute_loss(batch)
-        loss = out.total.float()
-        if not bool(torch.isfinite(loss)):
+            total, terms = self.loss_module(batch)
+        loss = total.float()
+        finite = bool(torch.isfinite(loss.detach()))
+        if self.ctx.enabled:
+            finite = all_reduce_sum([0.0 if finite else 1.0], self.ctx, self.device)[0] == 0
+        if not finite:
             self._bad_batch(f"non-finite loss {float(loss.detach())} on batch {p.batch_in_epoch} of epoch {p.epoch + 1} "
                             f"(ids {batch.ids[:3]}...)")
             return False
         self.scaler.scale(loss / t.accumulate_steps).backward()
         sums.loss += float(loss.detach())
-        for key, value in out.terms.items():
+        for key, value in terms.items():
             sums.terms[key] = sums.terms.get(key, 0.0) + float(value)
         sums.batches += 1
-        self._last_terms = {"loss": float(loss.detach()), **{k: float(v) for k, v in out.terms.items()}}
+        self._last_terms = {"loss": float(loss.detach()), **{k: float(v) for k, v in terms.items()}}
         return True
 
     def _bad_batch(self, reason: str) -> None:
@@ -289,27 +337,51 @@ class Trainer:
             terms = " ".join(f"{k}={v:.4f}" for k, v in entry.items() if k != "step")
             self.log.info("epoch %d step %d %s", p.epoch + 1, p.global_step, terms)
 
+    def _reduced_means(self) -> tuple[dict, int]:
+        """Epoch means of the loss and its terms over all ranks, and the skipped batches of all ranks."""
+        sums = self.progress.sums
+        keys = sorted(sums.terms)
+        totals = all_reduce_sum([sums.loss, *[sums.terms[k] for k in keys], sums.batches, sums.skipped],
+                                self.ctx, self.device)
+        count = max(totals[-2], 1.0)
+        means = {"loss": totals[0] / count, **{k: v / count for k, v in zip(keys, totals[1:-2])}}
+        return means, int(totals[-1])
+
     def _end_epoch(self, train_seconds: float) -> None:
-        p, sums = self.progress, self.progress.sums
+        p = self.progress
         started = time.perf_counter()
+        means, skipped = self._reduced_means()
+        improved = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else False
+        barrier(self.ctx)
+        p.epoch += 1
+        p.batch_in_epoch = 0
+        p.sums = EpochSums()
+        self.save("last.pt")
+        if improved:
+            self.save("best.pt")
+        if self._stop_requested():
+            raise TrainingInterrupted(self.stop.signum or signal.SIGTERM, self.run.path)
+
+    def _validate_and_record(self, means: dict, skipped: int, train_seconds: float, started: float) -> bool:
+        """Validation, results row, metrics files and plots (main process); True if the CER improved."""
+        p = self.progress
         scores, _, _ = evaluate(self.model, self.val_loader, self.tokenizer, self.device)
-        count = max(sums.batches, 1)
         row = {
             "run_id": self.run.run_id,
             "model_type": self.cfg.model.type,
             "epoch": p.epoch + 1,
             "step": p.global_step,
-            "train_loss": sums.loss / count,
-            "ce_loss": sums.terms.get("ce", 0.0) / count,
-            "quantity_loss": sums.terms.get("quantity", 0.0) / count,
-            "ctc_loss": sums.terms.get("ctc", 0.0) / count,
+            "train_loss": means["loss"],
+            "ce_loss": means.get("ce", 0.0),
+            "quantity_loss": means.get("quantity", 0.0),
+            "ctc_loss": means.get("ctc", 0.0),
             "val_cer": scores["cer"],
             "val_wer": scores["wer"],
             "val_token_accuracy": scores["token_accuracy"],
             "val_sequence_accuracy": scores["sequence_accuracy"],
             "val_length_accuracy": scores["length_accuracy"],
             "val_rtf": scores["rtf"],
-            "skipped_batches": sums.skipped,
+            "skipped_batches": skipped,
             "lr": self.scheduler.get_last_lr()[0],
             "epoch_seconds": train_seconds + time.perf_counter() - started,
         }
@@ -320,17 +392,10 @@ class Trainer:
                       row["val_length_accuracy"], row["epoch_seconds"])
         self.run.write_metrics(self.history)
         self._plot()
-        p.epoch += 1
-        p.batch_in_epoch = 0
-        p.sums = EpochSums()
-        improved = row["val_cer"] < self.best_cer
-        if improved:
+        if row["val_cer"] < self.best_cer:
             self.best_cer = row["val_cer"]
-        self.save("last.pt")
-        if improved:
-            self.save("best.pt")
-        if self.stop.signum is not None:
-            raise TrainingInterrupted(self.stop.signum, self.run.path)
+            return True
+        return False
 
     def _plot(self) -> None:
         plot_loss_curves(self.step_log, self.history, self.run.plots / "loss_curves.png")
@@ -352,7 +417,8 @@ class Trainer:
 def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
     """Train from ``cfg`` in a new run folder, or resume the run holding ``resume`` (a run folder or a
     checkpoint). Returns the run folder. Raises UserError subclasses for user mistakes and
-    TrainingInterrupted after SIGINT/SIGTERM (last.pt saved)."""
+    TrainingInterrupted after SIGINT/SIGTERM (last.pt saved). Under torchrun every process calls
+    this; only rank 0 writes the run folder."""
     state = None
     if resume is not None:
         path = resolve_checkpoint_path(resume)
@@ -362,13 +428,19 @@ def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
 
             raise CheckpointError(f"{path} holds no training state (optimizer, progress); cannot resume from it")
         cfg = config_from_dict(state["config"])
-        run = RunFolder(path.parent.parent)
-    else:
-        run = RunFolder.create(cfg)
-    setup_logging(run.path / "train.log")
-    apply_num_threads(cfg.run.num_threads)
-    seed_everything(cfg.run.seed)
-    tokenizer = CharTokenizer.from_dict(state["tokenizer"]) if state else None
-    data = build_data(cfg, tokenizer, state["normalizer"] if state else None)
-    run.write_tokenizer(data.tokenizer.to_dict())
-    return Trainer(cfg, run, data, state).fit()
+    ctx = init_distributed(use_cuda=resolve_device(cfg.run.device).type == "cuda")
+    try:
+        if resume is not None:
+            run = RunFolder(path.parent.parent)
+        else:
+            run = RunFolder(broadcast_object(str(RunFolder.create(cfg).path) if ctx.is_main else None, ctx))
+        setup_logging(run.path / "train.log" if ctx.is_main else None, quiet=not ctx.is_main)
+        apply_num_threads(cfg.run.num_threads)
+        seed_everything(cfg.run.seed)
+        tokenizer = CharTokenizer.from_dict(state["tokenizer"]) if state else None
+        data = build_data(cfg, tokenizer, state["normalizer"] if state else None)
+        if ctx.is_main:
+            run.write_tokenizer(data.tokenizer.to_dict())
+        return Trainer(cfg, run, data, state, ctx).fit()
+    finally:
+        shutdown(ctx)

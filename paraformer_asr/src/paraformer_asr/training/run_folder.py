@@ -51,10 +51,11 @@ class RunFolder:
                 writer.writerow(row)
 
 
-def setup_logging(log_file: Path | None) -> logging.Logger:
-    """Log to stderr and (if given) the run's train.log; stdout stays free for the run path."""
+def setup_logging(log_file: Path | None, quiet: bool = False) -> logging.Logger:
+    """Log to stderr and (if given) the run's train.log; stdout stays free for the run path.
+    ``quiet`` (non-main processes of a distributed run) keeps warnings only."""
     logger = logging.getLogger(LOGGER_NAME)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()
