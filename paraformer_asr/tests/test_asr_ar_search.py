@@ -176,3 +176,15 @@ def test_lm_fusion_weight_zero_is_plain_search_and_a_positive_weight_follows_the
     assert greedy_plain.tolist() == [[A], [A]] and greedy_fused.tolist() == [[B], [B]]
     with pytest.raises(ValueError, match="lm_weight"):
         ar_beam_search(model, encoder_out, enc_mask, beam_size=2, lm=lm, lm_weight=-1.0)
+
+
+def test_early_weak_endings_do_not_stop_the_search_before_the_best_hypothesis_ends():
+    # every step until the 4th: 'a' 0.9, eos 0.05, 'b' 0.05 (an eos ranks second each time); then eos 0.9
+    confident_a, confident_eos = [0, 0, 0.05, 0, 0.9, 0.05], [0, 0, 0.9, 0, 0.05, 0.05]
+    model = ScriptedModel([confident_a] * 3 + [confident_eos])
+    encoder_out, enc_mask = scripted_inputs([8])
+    tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size=2)
+    assert lengths[0, 0] == 3 and tokens[0, 0].tolist() == [A, A, A]
+    assert torch.allclose(scores[0, 0], torch.tensor(4 * math.log(0.9) / 4), atol=1e-5)
+    greedy, greedy_lengths = ar_greedy_search(model, encoder_out, enc_mask)
+    assert greedy.tolist() == [[A, A, A]] and greedy_lengths.tolist() == [3]

@@ -83,17 +83,38 @@ def ar_greedy_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, m
     return out.masked_fill(~valid, model.pad_id), lengths
 
 
+def _add_finished(pool: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scores: torch.Tensor,
+                  origin: torch.Tensor, prefixes: torch.Tensor,
+                  pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Merge hypotheses finishing now into the pool of the best finished ones.
+
+    pool: (scores [B, K], tokens [B, K, W], lengths [B, K]); scores [B, M] normalised (-inf = none);
+    origin [B, M] live beam each one extends; prefixes [B, K, t] the live beams' tokens.
+    """
+    pool_scores, pool_tokens, pool_lengths = pool
+    batch, beam, width = pool_tokens.shape
+    step = prefixes.shape[2]
+    new_tokens = torch.full((batch, scores.shape[1], width), pad_id, dtype=torch.long, device=scores.device)
+    new_tokens[:, :, :step] = prefixes.gather(1, origin.unsqueeze(-1).expand(-1, -1, step))
+    merged_scores, picked = torch.cat([pool_scores, scores], dim=1).topk(beam, dim=1)
+    merged_tokens = torch.cat([pool_tokens, new_tokens], dim=1).gather(1, picked.unsqueeze(-1).expand(-1, -1, width))
+    merged_lengths = torch.cat([pool_lengths, torch.full_like(origin, step)], dim=1).gather(1, picked)
+    return merged_scores, merged_tokens, merged_lengths
+
+
 def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, beam_size: int,
                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Batched beam search. encoder_out [B, T', D], enc_mask [B, T'] ->
     tokens [B, beam, T_out] long (pad_id past each length, no eos), scores [B, beam] (length-normalised,
-    best first; -inf where fewer than ``beam`` hypotheses finished), lengths [B, beam] long.
+    best first; -inf where fewer than ``beam`` hypotheses exist), lengths [B, beam] long.
 
-    Per step the 2*beam best extensions of each utterance are ranked; an eos extension ranked within
-    the first ``beam`` finishes its hypothesis, which is kept aside in a pool of the ``beam`` best
-    finished ones; the ``beam`` best non-eos extensions stay live. An utterance stops once ``beam``
-    hypotheses have finished (at its max length every live beam finishes).
+    Per step the 2*beam best extensions of each utterance are ranked (by summed score); an eos
+    extension ranked within the first ``beam`` finishes its hypothesis, which goes to a pool of the
+    ``beam`` best finished ones (by normalised score); the ``beam`` best non-eos extensions stay live.
+    An utterance stops when its best extension is an eos (every live hypothesis then scores lower;
+    at the max length only eos is left): its live hypotheses are then finished with their eos
+    extensions too. With ``beam_size`` 1 this is exactly greedy search.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -107,41 +128,38 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
     tokens = torch.full((rows, 1), model.bos_id, dtype=torch.long, device=device)  # [B*beam, 1 + t]
     live = torch.full((batch, beam), float("-inf"), device=device)
     live[:, 0] = 0.0  # one start hypothesis per utterance
-    pool_scores = torch.full((batch, beam), float("-inf"), device=device)
-    pool_tokens = torch.full((batch, beam, width), model.pad_id, dtype=torch.long, device=device)
-    pool_lengths = torch.zeros(batch, beam, dtype=torch.long, device=device)
-    finished_count = torch.zeros(batch, dtype=torch.long, device=device)
+    pool = (torch.full((batch, beam), float("-inf"), device=device),
+            torch.full((batch, beam, width), model.pad_id, dtype=torch.long, device=device),
+            torch.zeros(batch, beam, dtype=torch.long, device=device))
     utterance_rows = (torch.arange(batch, device=device) * beam).unsqueeze(1)  # [B, 1]
+    beam_index = torch.arange(beam, device=device).expand(batch, beam)  # [B, beam]
     rank = torch.arange(2 * beam, device=device).unsqueeze(0)  # [1, 2*beam]
     cache = None
     for step in range(width + 1):
         log_probs, cache = model.decode_step(memory, tokens, step, cache, memory_mask)
         scores = next_token_scores(model, log_probs, tokens[:, 1:], row_max_lengths, lm, lm_weight)  # [B*beam, V]
         vocab = scores.shape[1]
-        candidates = (live.unsqueeze(-1) + scores.view(batch, beam, vocab)).view(batch, beam * vocab)
-        top, flat = candidates.topk(2 * beam, dim=1)  # [B, 2*beam], best first
+        extended = live.unsqueeze(-1) + scores.view(batch, beam, vocab)  # [B, beam, V]
+        top, flat = extended.view(batch, beam * vocab).topk(2 * beam, dim=1)  # [B, 2*beam], best first
         origin, token = torch.div(flat, vocab, rounding_mode="floor"), flat % vocab
         is_eos = token == model.eos_id
-        prefixes = tokens.view(batch, beam, step + 1)[:, :, 1:]  # [B, beam, step]
-        ends = is_eos & (rank < beam) & torch.isfinite(top)  # [B, 2*beam]
-        ended_scores = torch.where(ends, top / float(step + 1) ** length_penalty, float("-inf"))
-        ended_tokens = torch.full((batch, 2 * beam, width), model.pad_id, dtype=torch.long, device=device)
-        ended_tokens[:, :, :step] = prefixes.gather(1, origin.unsqueeze(-1).expand(-1, -1, step))
-        pool_scores, picked = torch.cat([pool_scores, ended_scores], dim=1).topk(beam, dim=1)
-        pool_tokens = torch.cat([pool_tokens, ended_tokens], dim=1).gather(
-            1, picked.unsqueeze(-1).expand(-1, -1, width))
-        pool_lengths = torch.cat([pool_lengths, torch.full_like(ended_scores, step, dtype=torch.long)], dim=1
-                                 ).gather(1, picked)
-        finished_count = finished_count + ends.sum(dim=1)
+        stopping = is_eos[:, 0] & torch.isfinite(top[:, 0])  # [B] the best extension is an eos
+        ranked_ends = is_eos & (rank < beam) & ~stopping.unsqueeze(1)  # [B, 2*beam]
+        closing = extended[:, :, model.eos_id].masked_fill(~stopping.unsqueeze(1), float("-inf"))  # [B, beam]
+        ending = torch.cat([top.masked_fill(~ranked_ends, float("-inf")), closing], dim=1)  # [B, 3*beam]
+        pool = _add_finished(pool, ending / float(step + 1) ** length_penalty,
+                             torch.cat([origin, beam_index], dim=1), tokens.view(batch, beam, step + 1)[:, :, 1:],
+                             model.pad_id)
         keep = (rank + is_eos.long() * 2 * beam).argsort(dim=1)[:, :beam]  # the beam best non-eos extensions
         live = top.gather(1, keep)
-        done = (finished_count >= beam) | ~torch.isfinite(live).any(dim=1)  # [B]
+        done = stopping | ~torch.isfinite(live).any(dim=1)  # [B]
         if bool(done.all()):
             break
         live = live.masked_fill(done.unsqueeze(1), float("-inf"))
         source = (utterance_rows + origin.gather(1, keep)).view(rows)  # [B*beam] rows the live beams extend
         tokens = torch.cat([tokens.index_select(0, source), token.gather(1, keep).view(rows, 1)], dim=1)
         cache = cache.reorder_rows(source)
+    pool_scores, pool_tokens, pool_lengths = pool
     exists = torch.isfinite(pool_scores)  # [B, beam]
     pool_lengths = pool_lengths.masked_fill(~exists, 0)
     pool_tokens = pool_tokens.masked_fill(~exists.unsqueeze(-1), model.pad_id)
