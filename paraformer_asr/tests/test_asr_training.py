@@ -1,7 +1,5 @@
 """Training loop features on a tiny model: NaN guard, gradient accumulation, activation checkpointing, compile."""
 
-import math
-
 import pytest
 import torch
 
