@@ -1,7 +1,15 @@
-"""Benchmarks: the vectorised CIF against the plain-loop reference (tests/asr_reference.py), and
-optionally decoding latency of a checkpoint.
+"""Benchmarks.
 
-    python scripts/benchmark.py [--batch 16 --frames 500 --dim 256 --repeats 5] [--checkpoint CKPT] [--out FILE.json]
+1. The vectorised CIF against the plain-loop reference (tests/asr_reference.py) at B x T x D
+   (default 16 x 500 x 256): times, speed-up, largest difference.
+2. With --checkpoints: decoding of one or more trained models (e.g. a Paraformer and the
+   autoregressive baseline) on the same evaluation set, in one run: CER, RTF and latency per
+   utterance for greedy and beam decoding at each batch size (default 1 and 16), and the greedy
+   speed-up of every model over the slowest one at batch 1.
+
+    python scripts/benchmark.py [--batch 16 --frames 500 --dim 256]
+    python scripts/benchmark.py --skip-cif --checkpoints RUN_A RUN_B [--split test | --manifest FILE.jsonl]
+        [--max-utterances 200] [--batch-sizes 1 16] [--beam-size 4] [--out FILE.json] [--table FILE.md]
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.errors import ConfigError  # noqa: E402
 
 
 def best_time(fn, repeats: int) -> float:
@@ -49,29 +58,51 @@ def benchmark_cif(batch: int, frames: int, dim: int, repeats: int, loop_repeats:
             "max_abs_diff": max_diff, "torch_threads": torch.get_num_threads()}
 
 
-def benchmark_decoding(checkpoint: str, repeats: int) -> dict:
+def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, max_utterances: int,
+                     batch_sizes: list[int], beam_size: int) -> list[dict]:
+    """One row per (model, decoding method, batch size), all on the same utterances."""
     import torch
 
     from paraformer_asr.data.batching import Collator
-    from paraformer_asr.data.toy import ToySeq2SeqDataset
-    from paraformer_asr.inference import load_trained_model
+    from paraformer_asr.decode.speed import benchmark_decoding
+    from paraformer_asr.inference import evaluation_dataset, load_trained_model
+    from paraformer_asr.models.factory import count_parameters
 
-    loaded = load_trained_model(checkpoint, torch.device("cpu"))
-    if loaded.cfg.data.kind != "toy":
-        raise SystemExit("decoding benchmark uses the toy validation set; give a toy checkpoint")
-    toy = ToySeq2SeqDataset.from_config(loaded.cfg.data.toy, "val", loaded.tokenizer)
-    collate = Collator(loaded.tokenizer.pad_id)
-    result = {}
-    for size in (1, 16):
-        batch = collate([toy[i] for i in range(size)])
-        for method in ("greedy", "beam"):
-            if method == "greedy":
-                run = lambda: loaded.model.greedy_decode(batch.features, batch.feat_mask)  # noqa: E731
-            else:
-                run = lambda: loaded.model.beam_search(batch.features, batch.feat_mask, 4)  # noqa: E731
-            seconds = best_time(run, repeats)
-            result[f"{method}_batch{size}_ms_per_utt"] = seconds * 1000 / size
-    return result
+    device = torch.device("cpu")
+    rows = []
+    for checkpoint in checkpoints:
+        loaded = load_trained_model(checkpoint, device)
+        dataset = evaluation_dataset(loaded, split, manifest)
+        items = [dataset[i] for i in range(min(max_utterances, len(dataset)))]
+        collate = Collator(loaded.tokenizer.pad_id)
+        for size in batch_sizes:
+            batches = [collate(items[i:i + size]) for i in range(0, len(items), size)]
+            for method in ("greedy", "beam"):
+                result = benchmark_decoding(loaded.model, batches, method, device, loaded.tokenizer, beam_size)
+                rows.append({"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path),
+                             "parameters": count_parameters(loaded.model), **result})
+    return rows
+
+
+def greedy_speedups(rows: list[dict]) -> dict:
+    """Batch-1 greedy latency of the slowest model divided by each model's."""
+    greedy = {r["checkpoint"]: r["latency_ms_per_utterance"] for r in rows
+              if r["method"] == "greedy" and r["batch_size"] == 1}
+    if not greedy:
+        return {}
+    slowest = max(greedy.values())
+    return {checkpoint: slowest / latency for checkpoint, latency in greedy.items()}
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| model | checkpoint | decode | batch | utterances | CER | RTF | latency (ms / utt.) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        decode = "greedy" if r["method"] == "greedy" else f"beam {r['beam_size']}"
+        lines.append(f"| {r['model_type']} | {Path(r['checkpoint']).parent.parent.name} | {decode} | "
+                     f"{r['batch_size']} | {r['num_utterances']} | {100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
+                     f"{r['latency_ms_per_utterance']:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,17 +112,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--loop-repeats", type=int, default=2)
+    parser.add_argument("--skip-cif", action="store_true", help="do not run the CIF benchmark")
+    parser.add_argument("--checkpoints", nargs="+", default=[], help="checkpoints or run folders to compare")
+    parser.add_argument("--split", choices=("val", "test"), default="val")
+    parser.add_argument("--manifest", help="JSON Lines manifest to decode (audio checkpoints)")
+    parser.add_argument("--max-utterances", type=int, default=200)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
-    parser.add_argument("--checkpoint", help="also time greedy/beam decoding of this toy checkpoint")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--table", help="write the model comparison as a Markdown table here")
     args = parser.parse_args(argv)
+    if min(args.batch_sizes) < 1 or args.beam_size < 1 or args.max_utterances < 1 or args.threads < 0:
+        raise ConfigError("--batch-sizes, --beam-size and --max-utterances must be >= 1, --threads >= 0")
     import torch
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    results = {"cif": benchmark_cif(args.batch, args.frames, args.dim, args.repeats, args.loop_repeats)}
-    if args.checkpoint:
-        results["decoding"] = benchmark_decoding(args.checkpoint, args.repeats)
+    results: dict = {"torch_threads": torch.get_num_threads()}
+    if not args.skip_cif:
+        results["cif"] = benchmark_cif(args.batch, args.frames, args.dim, args.repeats, args.loop_repeats)
+    if args.checkpoints:
+        rows = benchmark_models(args.checkpoints, args.split, args.manifest, args.max_utterances, args.batch_sizes,
+                                args.beam_size)
+        results["decoding"] = rows
+        results["greedy_speedup_batch1_vs_slowest"] = greedy_speedups(rows)
+        table = markdown_table(rows)
+        if args.table:
+            Path(args.table).write_text(table, encoding="utf-8")
+        print(table, file=sys.stderr)
     text = json.dumps(results, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n", encoding="utf-8")

@@ -21,24 +21,6 @@ from paraformer_asr.cli import run_main  # noqa: E402
 from paraformer_asr.errors import ConfigError, DataError  # noqa: E402
 
 
-def build_eval_dataset(loaded, split: str, manifest: str | None):
-    from paraformer_asr.data.setup import manifest_dataset
-    from paraformer_asr.data.toy import ToySeq2SeqDataset
-
-    cfg = loaded.cfg
-    if manifest is not None:
-        if cfg.data.kind != "manifest":
-            raise ConfigError(f"--manifest needs a checkpoint trained on audio (data.kind manifest); "
-                              f"{loaded.path} was trained on '{cfg.data.kind}' data")
-        return manifest_dataset(cfg, manifest, loaded.tokenizer, loaded.normalizer)
-    if cfg.data.kind == "toy":
-        return ToySeq2SeqDataset.from_config(cfg.data.toy, split, loaded.tokenizer)
-    path = cfg.data.val_manifest if split == "val" else cfg.data.test_manifest
-    if not path:
-        raise ConfigError(f"the checkpoint's config has no data.{split}_manifest; pass --manifest FILE.jsonl")
-    return manifest_dataset(cfg, path, loaded.tokenizer, loaded.normalizer)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
@@ -64,14 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from paraformer_asr.data.setup import make_loader
-    from paraformer_asr.inference import load_trained_model
+    from paraformer_asr.inference import evaluation_dataset, load_trained_model
     from paraformer_asr.training.evaluation import evaluate, resolve_device
     from paraformer_asr.training.loop import apply_num_threads
 
     device = resolve_device(args.device)
     loaded = load_trained_model(args.checkpoint, device)
     apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
-    dataset = build_eval_dataset(loaded, args.split, args.manifest)
+    dataset = evaluation_dataset(loaded, args.split, args.manifest)
     if len(dataset) == 0:
         raise DataError("the evaluation set is empty")
     loader, _ = make_loader(dataset, args.batch_size, loaded.tokenizer.pad_id, shuffle=False, seed=0)

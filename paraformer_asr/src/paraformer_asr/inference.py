@@ -90,3 +90,23 @@ def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, f
             raise DataError(f"{path}: features contain NaN or Inf")
         return features, features.shape[0] * 0.01
     raise DataError(f"{path}: unsupported input type '{suffix}' (use .wav, .npy or .pt)")
+
+
+def evaluation_dataset(loaded: LoadedModel, split: str = "val", manifest: str | None = None):
+    """The set a checkpoint is evaluated on: ``manifest`` if given (audio checkpoints only), else the
+    toy split or the config's ``data.<split>_manifest``."""
+    from paraformer_asr.data.setup import manifest_dataset
+    from paraformer_asr.data.toy import ToySeq2SeqDataset
+
+    cfg = loaded.cfg
+    if manifest is not None:
+        if cfg.data.kind != "manifest":
+            raise ConfigError(f"--manifest needs a checkpoint trained on audio (data.kind manifest); "
+                              f"{loaded.path} was trained on '{cfg.data.kind}' data")
+        return manifest_dataset(cfg, manifest, loaded.tokenizer, loaded.normalizer)
+    if cfg.data.kind == "toy":
+        return ToySeq2SeqDataset.from_config(cfg.data.toy, split, loaded.tokenizer)
+    path = cfg.data.val_manifest if split == "val" else cfg.data.test_manifest
+    if not path:
+        raise ConfigError(f"the checkpoint's config has no data.{split}_manifest; pass --manifest FILE.jsonl")
+    return manifest_dataset(cfg, path, loaded.tokenizer, loaded.normalizer)

@@ -1,0 +1,46 @@
+"""scripts/benchmark.py: the CIF comparison and the side-by-side decoding benchmark of two models."""
+
+import importlib.util
+import json
+
+from paraformer_asr.cli import run_main
+from paraformer_asr.config import config_from_dict
+from paraformer_asr.training.loop import train
+
+from conftest import PROJECT, tiny_raw_config
+
+
+def _benchmark_script():
+    spec = importlib.util.spec_from_file_location("asr_benchmark_script", PROJECT / "scripts" / "benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cif_benchmark_reports_speedup_and_agreement(tmp_path, capsys):
+    out = tmp_path / "cif.json"
+    args = ["--batch", "2", "--frames", "40", "--dim", "8", "--repeats", "1", "--loop-repeats", "1", "--out", str(out)]
+    assert run_main(_benchmark_script().main, args) == 0
+    cif = json.loads(out.read_text())["cif"]
+    assert cif["batch"] == 2 and cif["speedup"] > 0 and cif["max_abs_diff"] < 1e-5
+
+
+def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, capsys):
+    runs = []
+    for model_type in ("paraformer", "transformer_ar"):
+        raw = tiny_raw_config(str(tmp_path / "runs"))
+        raw["run"]["name"] = model_type
+        raw["model"]["type"] = model_type
+        raw["train"].update({"epochs": 1, "max_steps": 2, "plot_utterances": 0})
+        runs.append(str(train(config_from_dict(raw))))
+    out, table = tmp_path / "bench.json", tmp_path / "bench.md"
+    args = ["--skip-cif", "--checkpoints", *runs, "--max-utterances", "4", "--batch-sizes", "1", "2",
+            "--beam-size", "2", "--out", str(out), "--table", str(table)]
+    assert run_main(_benchmark_script().main, args) == 0
+    result = json.loads(out.read_text())
+    rows = result["decoding"]
+    assert [(r["model_type"], r["method"], r["batch_size"]) for r in rows] == [
+        (m, method, size) for m in ("paraformer", "transformer_ar") for size in (1, 2) for method in ("greedy", "beam")]
+    assert all(r["num_utterances"] == 4 and r["latency_ms_per_utterance"] > 0 for r in rows)
+    assert max(result["greedy_speedup_batch1_vs_slowest"].values()) >= 1.0
+    assert len(table.read_text().splitlines()) == 2 + len(rows)
