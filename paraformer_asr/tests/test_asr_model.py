@@ -98,3 +98,22 @@ def test_overfitting_one_batch_drives_loss_down_and_decodes_it_exactly(tiny_data
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
     hyps = [tiny_data.tokenizer.decode(t[:n]) for t, n in zip(tokens, lengths.tolist())]
     assert hyps == batch.texts
+
+
+def test_decoding_does_not_depend_on_batch_padding(tiny_cfg, tiny_data):
+    from paraformer_asr.data.batching import Collator
+
+    torch.manual_seed(0)
+    model = build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).eval()
+    collate = Collator(tiny_data.tokenizer.pad_id)
+    items = [tiny_data.train[i] for i in range(5)]
+    batch = collate(items)
+    tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
+    log_probs, _ = model.posteriors(batch.features, batch.feat_mask)
+    for row, item in enumerate(items):
+        alone = collate([item])
+        one_tokens, one_length = model.greedy_decode(alone.features, alone.feat_mask)
+        one_log_probs, _ = model.posteriors(alone.features, alone.feat_mask)
+        n = int(lengths[row])
+        assert int(one_length[0]) == n and torch.equal(one_tokens[0, :n], tokens[row, :n])
+        assert torch.allclose(one_log_probs[0, :n], log_probs[row, :n], atol=1e-4)
