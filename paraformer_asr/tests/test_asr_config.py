@@ -12,6 +12,8 @@ def test_shipped_configs_load():
     for name in ("quick.yaml", "paraformer_toy.yaml"):
         cfg = load_config(PROJECT / "configs" / name)
         assert cfg.model.type == "paraformer" and cfg.data.kind == "toy"
+    speech = load_config(PROJECT / "configs" / "paraformer_speech.yaml")
+    assert speech.data.kind == "manifest" and speech.data.n_mels == 80 and speech.data.spec_augment.time_masks > 0
 
 
 def test_overrides_are_parsed_as_yaml_and_checked():
