@@ -117,3 +117,14 @@ def test_decoding_does_not_depend_on_batch_padding(tiny_cfg, tiny_data):
         n = int(lengths[row])
         assert int(one_length[0]) == n and torch.equal(one_tokens[0, :n], tokens[row, :n])
         assert torch.allclose(one_log_probs[0, :n], log_probs[row, :n], atol=1e-4)
+
+
+def test_decoding_handles_utterances_with_no_predicted_token(tiny_cfg, tiny_data, tiny_batch):
+    torch.manual_seed(0)
+    model = build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).eval()
+    with torch.no_grad():
+        model.predictor.proj.bias.fill_(-30.0)  # alphas ~0: nothing fires
+    tokens, lengths = model.greedy_decode(tiny_batch.features, tiny_batch.feat_mask)
+    assert tokens.shape == (6, 0) and lengths.tolist() == [0] * 6
+    beams, scores, _ = model.beam_search(tiny_batch.features, tiny_batch.feat_mask, beam_size=2)
+    assert beams.shape == (6, 2, 0) and scores[:, 0].eq(0).all() and torch.isinf(scores[:, 1]).all()
