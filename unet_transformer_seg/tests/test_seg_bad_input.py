@@ -40,10 +40,12 @@ CASES = [
     ("negative size", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "data.image_size=-32"],
      "config key 'data.image_size' must be >= 8, got -32"),
     ("missing config", lambda t: ["train.py", "--config", str(t / "none.yaml")], "config file not found"),
-    ("missing data folder", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "data.kind=folder",
-                                       "--set", f"data.root={t / 'nowhere'}"], "folder not found"),
-    ("empty dataset", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "data.kind=folder",
-                                 "--set", f"data.root={_empty_folder(t / 'empty')}"], "no images"),
+    ("missing data folder", lambda t: ["train.py", "--config", "configs/quick.yaml",
+                                       *tiny_cli_args(t, "data.kind=folder", f"data.root={t / 'nowhere'}")],
+     "folder not found"),
+    ("empty dataset", lambda t: ["train.py", "--config", "configs/quick.yaml",
+                                 *tiny_cli_args(t, "data.kind=folder", f"data.root={_empty_folder(t / 'empty')}")],
+     "no images"),
     ("too few images for a batch", lambda t: ["train.py", "--config", "configs/quick.yaml",
                                               *tiny_cli_args(t, "data.train_size=3")], "too small for one step"),
     ("NaN in config", lambda t: ["train.py", "--config", "configs/quick.yaml", "--set", "train.lr=.nan"],
@@ -64,6 +66,9 @@ CASES = [
 ]
 
 
+FOUND_DURING_TRAINING = {"NaN in model inputs", "class id beyond num_classes"}
+
+
 @pytest.mark.parametrize("name, make_args, message", CASES, ids=[case[0] for case in CASES])
 def test_bad_input_gives_a_clear_error(tmp_path, name, make_args, message):
     script, *args = make_args(tmp_path)
@@ -71,3 +76,5 @@ def test_bad_input_gives_a_clear_error(tmp_path, name, make_args, message):
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    if name not in FOUND_DURING_TRAINING:  # everything else is caught before a run folder is created
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -199,3 +199,14 @@ def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path
     assert image.shape == (3, 16, 16) and full_mask.shape == (10, 14)
     assert torch.allclose(image[:, 0, 0], torch.full((3,), (200 / 255 - 0.5) / 0.25), atol=1e-5)
     assert isinstance(evaluation, SegmentationSplit)
+
+
+def test_jpeg_images_are_read(tmp_path: Path):
+    import matplotlib.image
+
+    pixels = np.random.default_rng(0).random((9, 11, 3))
+    matplotlib.image.imsave(tmp_path / "photo.jpg", pixels)
+    image = read_image(tmp_path / "photo.jpg", 3)
+    assert image.shape == (3, 9, 11) and image.dtype == torch.float32
+    assert 0.0 <= float(image.min()) and float(image.max()) <= 1.0
+    assert read_image(tmp_path / "photo.jpg", 1).shape == (1, 9, 11)

@@ -11,6 +11,7 @@ batch_size * accumulate_steps * world_size images.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import random
@@ -40,7 +41,7 @@ from .distributed import (
 )
 from .evaluate import evaluate
 from .plots import plot_curves, plot_samples
-from .run_folder import close_logger, create_run_dir, setup_logger, write_history
+from .run_folder import LOGGER_NAME, close_logger, create_run_dir, setup_logger, write_history
 
 
 RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "history",
@@ -176,7 +177,6 @@ class Trainer:
         self.history: List[Dict] = []
         self.best_score = -math.inf
         self.epoch_loss = [0.0, 0]
-        self.run_id = self.run_dir.name
 
     def _load_resume_state(self) -> None:
         state = self.resume_state
@@ -339,11 +339,12 @@ class Trainer:
 
     def run(self) -> TrainResult:
         cfg = self.cfg
-        self.run_dir = self._run_dir()
-        self.logger = setup_logger(self.run_dir / "train.log" if self.dist.is_main else None,
-                                   enabled=self.dist.is_main)
         try:
-            self._build()
+            self._build()  # config, data and model problems surface before a run folder is created
+            self.run_dir = self._run_dir()
+            self.run_id = self.run_dir.name
+            self.logger = setup_logger(self.run_dir / "train.log" if self.dist.is_main else None,
+                                       enabled=self.dist.is_main)
             if self.dist.is_main:
                 save_config(cfg, self.run_dir / "config.yaml")
             if self.resume_state is not None:
@@ -378,7 +379,7 @@ class Trainer:
                              f"{self.run_dir}")
             return TrainResult(self.run_dir)
         finally:
-            close_logger(self.logger)
+            close_logger(logging.getLogger(LOGGER_NAME))
             shutdown_distributed(self.dist)
 
 
