@@ -1,11 +1,12 @@
 """The autoregressive baseline through the real scripts: train.py with model.type=transformer_ar, eval.py
-on its checkpoint, and the shipped AR config."""
+on its checkpoint, and the shipped AR configs."""
 
 import csv
 import json
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 
@@ -47,9 +48,10 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     assert beam["checkpoint"].endswith("best.pt")
 
 
-def test_ar_toy_config_matches_the_paraformer_toy_config_except_the_decoder():
-    ar = load_config(PROJECT / "configs" / "transformer_ar_toy.yaml")
-    paraformer = load_config(PROJECT / "configs" / "paraformer_toy.yaml")
+@pytest.mark.parametrize("task", ["toy", "speech"])
+def test_ar_configs_match_the_paraformer_configs_except_the_decoder(task):
+    ar = load_config(PROJECT / "configs" / f"transformer_ar_{task}.yaml")
+    paraformer = load_config(PROJECT / "configs" / f"paraformer_{task}.yaml")
     assert ar.model.type == "transformer_ar" and paraformer.model.type == "paraformer"
     assert ar.data == paraformer.data and ar.train == paraformer.train
     for key in ("d_model", "num_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout", "subsampling",
