@@ -9,7 +9,7 @@ import torch
 
 from unet_transformer_seg.training.checkpointing import load_checkpoint
 
-from conftest import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
+from conftest import PROJECT_DIR, SCRIPTS_DIR, tiny_cli_args
 
 SHARED = ("model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6", "train.grad_clip=null")
 
@@ -19,10 +19,12 @@ def _weights(run_dir: Path):
 
 
 def test_two_process_ddp_matches_single_process(tmp_path):
-    single = run_script("train.py", "--config", "configs/quick.yaml",
-                        *tiny_cli_args(tmp_path / "single", *SHARED, "train.batch_size=8"))
-    assert single.returncode == 0, single.stderr
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
+    single = subprocess.Popen(  # runs alongside the two-process run
+        [sys.executable, str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml",
+         *tiny_cli_args(tmp_path / "single", *SHARED, "train.batch_size=8")],
+        cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
     ddp = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml",
@@ -35,6 +37,8 @@ def test_two_process_ddp_matches_single_process(tmp_path):
     ddp_weights, ddp_log = _weights(run_dirs[0])
     assert "2 process(es)" in ddp_log
     assert "max weight difference across 2 ranks: 0.000e+00" in ddp_log
-    single_weights, _ = _weights(Path(single.stdout.strip().splitlines()[-1]))
+    single_stdout, single_stderr = single.communicate(timeout=300)
+    assert single.returncode == 0, single_stderr
+    single_weights, _ = _weights(Path(single_stdout.strip().splitlines()[-1]))
     for name in single_weights:
         assert torch.allclose(ddp_weights[name], single_weights[name], atol=1e-4), name

@@ -49,17 +49,33 @@ def _final(run_dir: Path):
     return state["model"], history, state["global_step"]
 
 
+class ReferenceRun:
+    """The uninterrupted run, started in the background so it overlaps with the interrupted ones."""
+
+    def __init__(self, tmp_path: Path):
+        self.process = _start(tmp_path, "reference")
+        self.final = None
+
+    def result(self):
+        if self.final is None:
+            stdout, stderr = self.process.communicate(timeout=300)
+            assert self.process.returncode == 0, stderr
+            self.final = _final(Path(stdout.strip().splitlines()[-1]))
+        return self.final
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("reference")
-    result = run_script("train.py", "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, *RESUME_OVERRIDES))
-    assert result.returncode == 0, result.stderr
-    return _final(Path(result.stdout.strip().splitlines()[-1]))
+    reference = ReferenceRun(tmp_path_factory.mktemp("reference"))
+    yield reference
+    if reference.process.poll() is None:
+        reference.process.kill()
+        reference.process.communicate()
 
 
-def _assert_same(resumed_dir: Path, reference):
+def _assert_same(resumed_dir: Path, reference: ReferenceRun):
     weights, history, steps = _final(resumed_dir)
-    ref_weights, ref_history, ref_steps = reference
+    ref_weights, ref_history, ref_steps = reference.result()
     assert steps == ref_steps == 24
     assert history == ref_history
     for name in ref_weights:
