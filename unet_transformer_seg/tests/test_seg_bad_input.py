@@ -14,7 +14,7 @@ import torch
 
 from unet_transformer_seg.data.image_io import write_png
 
-from conftest import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
+from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
 
 
 def _folder_with_bad_class(root: Path) -> Path:

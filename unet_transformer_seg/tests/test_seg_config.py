@@ -8,7 +8,7 @@ from unet_transformer_seg.config import (
 )
 from unet_transformer_seg.errors import ConfigError
 
-from conftest import PROJECT_DIR
+from seg_helpers import PROJECT_DIR
 
 
 @pytest.mark.parametrize("path", sorted((PROJECT_DIR / "configs").glob("*.yaml")), ids=lambda p: p.name)

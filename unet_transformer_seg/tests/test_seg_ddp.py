@@ -9,7 +9,7 @@ import torch
 
 from unet_transformer_seg.training.checkpointing import load_checkpoint
 
-from conftest import PROJECT_DIR, SCRIPTS_DIR, tiny_cli_args
+from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, tiny_cli_args
 
 SHARED = ("model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6", "train.grad_clip=null")
 

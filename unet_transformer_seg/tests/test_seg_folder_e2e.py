@@ -9,7 +9,7 @@ import numpy as np
 
 from unet_transformer_seg.data.image_io import read_mask, write_png
 
-from conftest import run_script, tiny_cli_args
+from seg_helpers import run_script, tiny_cli_args
 
 
 def _varying_size_folder(root: Path) -> dict:

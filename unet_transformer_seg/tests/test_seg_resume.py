@@ -14,7 +14,7 @@ import torch
 
 from unet_transformer_seg.training.checkpointing import load_checkpoint
 
-from conftest import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
+from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
 
 RESUME_OVERRIDES = ("data.image_size=32", "model.base_channels=8", "model.dropout=0.1", "train.epochs=3",
                     "train.checkpoint_every=3", "train.log_every=1")

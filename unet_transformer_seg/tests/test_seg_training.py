@@ -14,7 +14,7 @@ from unet_transformer_seg.training.checkpointing import load_checkpoint
 from unet_transformer_seg.training.loop import train
 from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS
 
-from conftest import run_script, tiny_cli_args, tiny_config
+from seg_helpers import run_script, tiny_cli_args, tiny_config
 
 
 def test_overfitting_one_batch_drives_the_loss_down(tmp_path):

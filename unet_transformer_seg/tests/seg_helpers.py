@@ -1,11 +1,11 @@
-"""Shared fixtures and helpers for the segmentation tests."""
+"""Helpers shared by the segmentation tests (a uniquely named module rather than conftest.py, so that this suite
+and the other subproject's suite can run in one pytest session without their helper modules colliding)."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from unet_transformer_seg.config import load_config
@@ -32,10 +32,9 @@ TINY_OVERRIDES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _deterministic_threads():
-    torch.set_num_threads(1)
-    yield
+# One torch thread: the in-process trainings are tiny, and on a CPU shared with other jobs two threads mostly wait
+# for each other.
+torch.set_num_threads(1)
 
 
 def tiny_config(tmp_path: Path, *extra: str):
