@@ -139,3 +139,21 @@ def test_assert_shape_binds_symbols():
         assert_shape(torch.zeros(3, 4), "B,D", name="y", dims=dims)
     with pytest.raises(ShapeError, match="expected 2 dims"):
         assert_shape(torch.zeros(3), "B,D")
+
+
+def test_nonfinite_hooks_name_the_first_bad_module():
+    from unet_transformer_seg.checks import gradient_norms, install_nonfinite_hooks
+
+    model = small_transformer()
+    with torch.no_grad():
+        model.bottleneck_transform.blocks[0].attn.v_proj.weight[0, 0] = float("inf")
+    handles = install_nonfinite_hooks(model)
+    with pytest.raises(NonFiniteError, match="output of module 'bottleneck_transform.blocks.0.attn.v_proj'"):
+        model(torch.randn(1, 3, 16, 16))
+    for handle in handles:
+        handle.remove()
+    model = small_transformer()
+    model(torch.randn(1, 3, 16, 16)).sum().backward()
+    norms = dict(gradient_norms(model))
+    assert set(norms) == {name for name, _ in model.named_parameters()}
+    assert all(value is not None and value >= 0 for value in norms.values())
