@@ -25,8 +25,8 @@ from paraformer_asr.config import Config, ModelConfig
 from paraformer_asr.data.batching import Batch
 from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search
-from paraformer_asr.losses import ctc_loss, label_smoothed_cross_entropy
-from paraformer_asr.models.ctc import CtcHead
+from paraformer_asr.losses import label_smoothed_cross_entropy
+from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.layers import DecoderBlock, PositionalEncoding
 from paraformer_asr.models.paraformer import LossOutput
@@ -155,13 +155,10 @@ class TransformerAR(nn.Module):
         self.vocab_size = vocab_size
         self.pad_id, self.bos_id, self.eos_id, self.blank_id = pad_id, bos_id, eos_id, blank_id
         self.never_emitted = [pad_id, bos_id] + ([blank_id] if blank_id is not None else [])
-        self.encoder = Encoder(input_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.ffn_dim, cfg.dropout,
-                               subsampling_factor, cfg.subsampling_channels, cfg.activation_checkpointing)
+        self.encoder = Encoder.from_config(cfg, input_dim, subsampling_factor)
         self.decoder = ArDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
                                  cfg.dropout)
-        self.ctc = CtcHead(cfg.d_model, vocab_size) if cfg.ctc_weight > 0 else None
-        if self.ctc is not None and blank_id is None:
-            raise ValueError("ctc_weight > 0 needs a tokenizer with a blank token")
+        self.ctc = optional_ctc_head(cfg.d_model, vocab_size, cfg.ctc_weight, blank_id)
 
     def encode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""
@@ -198,7 +195,7 @@ class TransformerAR(nn.Module):
         ce = label_smoothed_cross_entropy(logits, targets, mask, self.cfg.label_smoothing)
         total, terms = ce, {"ce": ce.detach()}
         if self.ctc is not None:
-            ctc = ctc_loss(self.ctc(encoder_out), enc_mask.sum(1), batch.tokens, batch.token_lengths, self.blank_id)
+            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)
             total = total + self.cfg.ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=None)

@@ -6,6 +6,7 @@ Shared by the Paraformer and any other model of the package (e.g. an autoregress
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -13,6 +14,9 @@ from torch.utils.checkpoint import checkpoint
 
 from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask, lengths_to_mask
 from paraformer_asr.models.layers import EncoderBlock, PositionalEncoding
+
+if TYPE_CHECKING:
+    from paraformer_asr.config import ModelConfig
 
 
 def subsampled_lengths(lengths: torch.Tensor, factor: int) -> torch.Tensor:
@@ -79,6 +83,12 @@ class Encoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(EncoderBlock(d_model, num_heads, ffn_dim, dropout) for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(d_model)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, input_dim: int, subsampling_factor: int) -> Encoder:
+        """The encoder every model type builds from the ``model`` config section."""
+        return cls(input_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.ffn_dim, cfg.dropout,
+                   subsampling_factor, cfg.subsampling_channels, cfg.activation_checkpointing)
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         return subsampled_lengths(lengths, self.subsampling_factor)

@@ -17,9 +17,9 @@ from paraformer_asr.checks import assert_shape, check_finite
 from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
 from paraformer_asr.decode.beam import PrefixScorer, factorized_beam_search
-from paraformer_asr.losses import ctc_loss, label_smoothed_cross_entropy, quantity_loss
+from paraformer_asr.losses import label_smoothed_cross_entropy, quantity_loss
 from paraformer_asr.models.cif import CifOutput, CifPredictor
-from paraformer_asr.models.ctc import CtcHead
+from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.glancing import glancing_mix
@@ -45,15 +45,12 @@ class Paraformer(nn.Module):
         self.vocab_size = vocab_size
         self.pad_id = pad_id
         self.blank_id = blank_id
-        self.encoder = Encoder(input_dim, cfg.d_model, cfg.num_heads, cfg.encoder_layers, cfg.ffn_dim, cfg.dropout,
-                               subsampling_factor, cfg.subsampling_channels, cfg.activation_checkpointing)
+        self.encoder = Encoder.from_config(cfg, input_dim, subsampling_factor)
         self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold,
                                       cfg.dropout)
         self.decoder = NarDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
                                   cfg.dropout)
-        self.ctc = CtcHead(cfg.d_model, vocab_size) if cfg.ctc_weight > 0 else None
-        if self.ctc is not None and blank_id is None:
-            raise ValueError("ctc_weight > 0 needs a tokenizer with a blank token")
+        self.ctc = optional_ctc_head(cfg.d_model, vocab_size, cfg.ctc_weight, blank_id)
 
     def encode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""
@@ -89,7 +86,7 @@ class Paraformer(nn.Module):
         total = ce + self.cfg.quantity_weight * quantity
         terms = {"ce": ce.detach(), "quantity": quantity.detach()}
         if self.ctc is not None:
-            ctc = ctc_loss(self.ctc(encoder_out), enc_mask.sum(1), targets, batch.token_lengths, self.blank_id)
+            ctc = self.ctc.loss(encoder_out, enc_mask, targets, batch.token_lengths, self.blank_id)
             total = total + self.cfg.ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
