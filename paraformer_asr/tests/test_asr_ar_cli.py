@@ -12,7 +12,7 @@ import yaml
 
 from paraformer_asr.config import load_config
 
-from conftest import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, tiny_raw_config
 
 
 def run_script(name, *args, cwd):

@@ -5,14 +5,11 @@ import itertools
 import pytest
 import torch
 
-from paraformer_asr.config import config_from_dict
-from paraformer_asr.data.setup import build_data
 from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.decode.lm_fusion import build_char_lm, fused_posterior_beam_search, lm_beam_search
 from paraformer_asr.decode.ngram_lm import CharNgramLM
-from paraformer_asr.models.factory import build_model
 
-from conftest import tiny_raw_config
+from asr_helpers import tiny_model
 
 PAD, BOS, EOS, UNK, A, B = 0, 1, 2, 3, 4, 5
 V = 6
@@ -63,12 +60,7 @@ def test_a_positive_lm_weight_moves_the_result_toward_the_lm():
 
 @pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
 def test_lm_beam_search_with_weight_zero_equals_the_models_own_beam_search(model_type):
-    raw = tiny_raw_config()
-    raw["model"]["type"] = model_type
-    cfg = config_from_dict(raw)
-    data = build_data(cfg)
-    torch.manual_seed(0)
-    model = build_model(cfg, data.input_dim, data.tokenizer).eval()
+    _, data, model = tiny_model(model_type)
     from paraformer_asr.data.batching import Collator
 
     batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(4)])

@@ -10,7 +10,7 @@ from paraformer_asr.data.setup import build_data
 from paraformer_asr.models.ar_model import TransformerAR
 from paraformer_asr.models.factory import build_model
 
-from conftest import tiny_raw_config
+from asr_helpers import tiny_raw_config
 
 
 def ar_config(**model_overrides):

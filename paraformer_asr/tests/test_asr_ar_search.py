@@ -14,7 +14,7 @@ from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search, ma
 from paraformer_asr.decode.ngram_lm import CharNgramLM
 from paraformer_asr.models.factory import build_model
 
-from conftest import tiny_raw_config
+from asr_helpers import tiny_raw_config
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 4, 5  # scripted vocabulary of 6 ids (3 = unk)
 

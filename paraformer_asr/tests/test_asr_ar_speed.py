@@ -3,14 +3,11 @@
 import pytest
 import torch
 
-from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
-from paraformer_asr.data.setup import build_data
 from paraformer_asr.decode.speed import benchmark_decoding
-from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.evaluation import evaluate
 
-from conftest import tiny_raw_config
+from asr_helpers import tiny_model
 
 KEYS = {"method", "beam_size", "num_utterances", "num_batches", "batch_size", "seconds", "audio_seconds", "rtf",
         "latency_ms_per_utterance", "latency_ms_per_batch", "cer"}
@@ -18,12 +15,7 @@ KEYS = {"method", "beam_size", "num_utterances", "num_batches", "batch_size", "s
 
 @pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
 def test_benchmark_decoding_reports_consistent_numbers(model_type):
-    raw = tiny_raw_config()
-    raw["model"]["type"] = model_type
-    cfg = config_from_dict(raw)
-    data = build_data(cfg)
-    torch.manual_seed(0)
-    model = build_model(cfg, data.input_dim, data.tokenizer).eval()
+    _, data, model = tiny_model(model_type)
     collate = Collator(data.tokenizer.pad_id)
     batches = [collate([data.val[i] for i in range(start, start + 4)]) for start in (0, 4, 8)]
     device = torch.device("cpu")

@@ -13,7 +13,7 @@ from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.training.loop import train
 
-from conftest import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, tiny_raw_config
 
 
 def _script(name):

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import yaml
 
-from conftest import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, tiny_raw_config
 
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
                    "val_token_accuracy", "val_sequence_accuracy", "lr", "epoch_seconds"]

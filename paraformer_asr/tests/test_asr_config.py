@@ -5,7 +5,7 @@ from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict, load_config
 from paraformer_asr.errors import ConfigError
 
-from conftest import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, tiny_raw_config
 
 
 def test_shipped_configs_load():

@@ -8,7 +8,7 @@ import sys
 import torch
 import yaml
 
-from conftest import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, tiny_raw_config
 
 
 def _train(tmp_path, launcher, batch_size, output_dir):

@@ -15,7 +15,7 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.wav import write_wav
 from paraformer_asr.training.loop import train
 
-from conftest import PROJECT
+from asr_helpers import PROJECT
 
 TONES = {"a": 300.0, "b": 600.0, "c": 900.0}
 RATE = 8000

@@ -9,7 +9,7 @@ from paraformer_asr.decode import beam_search, factorized_beam_search, greedy_de
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.glancing import glancing_mix
 
-from conftest import tiny_raw_config
+from asr_helpers import tiny_raw_config
 
 
 def test_loss_terms_and_gradients_reach_every_parameter(tiny_data, tiny_batch):

@@ -9,7 +9,7 @@ import time
 import torch
 import yaml
 
-from conftest import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, tiny_raw_config
 
 
 def _config(tmp_path):

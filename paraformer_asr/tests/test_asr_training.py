@@ -11,7 +11,7 @@ from paraformer_asr.models.paraformer import Paraformer
 from paraformer_asr.training.loop import Trainer, compile_stacks, warmup_cosine
 from paraformer_asr.training.run_folder import RunFolder
 
-from conftest import tiny_raw_config
+from asr_helpers import tiny_raw_config
 
 
 def _trainer(tmp_path, **train):
