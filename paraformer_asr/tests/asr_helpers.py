@@ -35,3 +35,16 @@ def tiny_model(model_type: str = "paraformer"):
     data = build_data(cfg)
     torch.manual_seed(0)
     return cfg, data, build_model(cfg, data.input_dim, data.tokenizer).eval()
+
+
+def overfit(model, batch, steps: int, lr: float = 3e-3) -> list[float]:
+    """Train ``model`` on one batch for ``steps`` AdamW steps; returns the total loss seen at each step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        out = model.compute_loss(batch)
+        optimizer.zero_grad()
+        out.total.backward()
+        optimizer.step()
+        losses.append(float(out.total.detach()))
+    return losses

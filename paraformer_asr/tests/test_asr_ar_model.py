@@ -10,7 +10,7 @@ from paraformer_asr.data.setup import build_data
 from paraformer_asr.models.ar_model import TransformerAR
 from paraformer_asr.models.factory import build_model
 
-from asr_helpers import tiny_raw_config
+from asr_helpers import overfit, tiny_raw_config
 
 
 def ar_config(**model_overrides):
@@ -161,14 +161,7 @@ def test_overfitting_one_batch_drives_loss_down_and_greedy_decodes_it_exactly():
     torch.manual_seed(0)
     model = build_model(cfg, data.input_dim, data.tokenizer)
     batch = Collator(data.tokenizer.pad_id)([data.train[i] for i in range(4)])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(120):
-        out = model.compute_loss(batch)
-        optimizer.zero_grad()
-        out.total.backward()
-        optimizer.step()
-        losses.append(float(out.total.detach()))
+    losses = overfit(model, batch, steps=120)
     assert losses[-1] < 0.05 * losses[0]
     model.eval()
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)

@@ -9,7 +9,7 @@ from paraformer_asr.decode import beam_search, factorized_beam_search, greedy_de
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.glancing import glancing_mix
 
-from asr_helpers import tiny_raw_config
+from asr_helpers import overfit, tiny_raw_config
 
 
 def test_loss_terms_and_gradients_reach_every_parameter(tiny_data, tiny_batch):
@@ -85,14 +85,7 @@ def test_overfitting_one_batch_drives_loss_down_and_decodes_it_exactly(tiny_data
     from paraformer_asr.data.batching import Collator
 
     batch = Collator(tiny_data.tokenizer.pad_id)([tiny_data.train[i] for i in range(4)])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
-    for _ in range(150):
-        out = model.compute_loss(batch)
-        optimizer.zero_grad()
-        out.total.backward()
-        optimizer.step()
-        losses.append(float(out.total.detach()))
+    losses = overfit(model, batch, steps=150)
     assert losses[-1] < 0.1 * losses[0]
     model.eval()
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
