@@ -14,7 +14,7 @@ from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search, ma
 from paraformer_asr.decode.ngram_lm import CharNgramLM
 from paraformer_asr.models.factory import build_model
 
-from asr_helpers import tiny_raw_config
+from asr_helpers import overfit, tiny_raw_config
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 4, 5  # scripted vocabulary of 6 ids (3 = unk)
 
@@ -28,12 +28,7 @@ def ar_model_and_batch():
     torch.manual_seed(3)
     model = build_model(cfg, data.input_dim, data.tokenizer)
     batch = Collator(data.tokenizer.pad_id)([data.train[i] for i in range(5)])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    for _ in range(30):  # partly trained: hypotheses of different lengths, several plausible beams
-        loss = model.compute_loss(batch).total
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    overfit(model, batch, steps=30)  # partly trained: hypotheses of different lengths, several plausible beams
     return model.eval(), batch
 
 
