@@ -441,6 +441,8 @@ def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
         data = build_data(cfg, tokenizer, state["normalizer"] if state else None)
         if ctx.is_main:
             run.write_tokenizer(data.tokenizer.to_dict())
-        return Trainer(cfg, run, data, state, ctx).fit()
+        result = Trainer(cfg, run, data, state, ctx).fit()
+        barrier(ctx)  # tear the group down only once every rank is done: gloo can abort otherwise
+        return result
     finally:
         shutdown(ctx)

@@ -38,6 +38,12 @@ def init_distributed(device_type: str) -> DistInfo:
     return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank)
 
 
+def barrier(info: DistInfo) -> None:
+    """Wait for every rank (no-op for one process)."""
+    if info.enabled:
+        dist.barrier()
+
+
 def shutdown_distributed(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

@@ -36,7 +36,7 @@ from ..losses import build_loss, logits_to_labels
 from ..models import build_model
 from .checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from .distributed import (
-    DistInfo, all_reduce_sum, broadcast_object, init_distributed, max_weight_difference_across_ranks,
+    DistInfo, all_reduce_sum, barrier, broadcast_object, init_distributed, max_weight_difference_across_ranks,
     shutdown_distributed,
 )
 from .evaluate import evaluate
@@ -377,6 +377,7 @@ class Trainer:
             best = self.best_score
             self.logger.info(f"finished {self.global_step} steps; best val_mean_dice {best:.4f}; run folder "
                              f"{self.run_dir}")
+            barrier(self.dist)  # tear the group down only once every rank is done: gloo can abort otherwise
             return TrainResult(self.run_dir)
         finally:
             close_logger(logging.getLogger(LOGGER_NAME))
