@@ -2,8 +2,10 @@
 
 Default vocabulary: digit strings of --min-digits .. --max-digits digits. The transcript is the compact digit string
 ("407"), spoken digit by digit as words ("four zero seven"); the model predicts the transcript's characters.
-Another vocabulary can be given with --vocab FILE.json, an object mapping each transcript token to the words spoken
-for it (tokens are joined with --join, default "" for single characters).
+With --transcript spoken the transcript is what is spoken ("four zero seven"): longer outputs, as in real speech
+(the corpus of configs/paraformer_numbers.yaml: 6-12 digits, transcribed as words). Another vocabulary can be given with
+--vocab FILE.json, an object mapping each transcript token to the words spoken for it (tokens are joined with --join,
+default "" for single characters).
 
 Voices: an espeak-ng voice is an accent (en, en-us, en-gb-scotland, ...) plus a speaker variant (m1, f3, klatt, ...).
 Variants are split between train, val and test (separately for female and male variants), so test speakers are
@@ -93,6 +95,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vocab", type=Path, default=None,
                         help="JSON object {transcript token: spoken words}; default: digits 0-9")
     parser.add_argument("--join", default="", help="string between transcript tokens (default: none)")
+    parser.add_argument("--transcript", choices=("tokens", "spoken"), default="tokens",
+                        help="tokens: the vocabulary's tokens joined with --join ('407'); "
+                             "spoken: the spoken words ('four zero seven')")
     parser.add_argument("--val-voice-fraction", type=float, default=0.12,
                         help="share of speaker variants held out for val")
     parser.add_argument("--test-voice-fraction", type=float, default=0.15,
@@ -174,13 +179,14 @@ def plan_utterances(args: argparse.Namespace, vocabulary: dict[str, str], varian
             rng = np.random.default_rng(np.random.SeedSequence([args.seed, split_index, index]))
             length = int(rng.integers(args.min_digits, args.max_digits + 1))
             chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
+            spoken = " ".join(vocabulary[token] for token in chosen)
             variant = variants[split][int(rng.integers(0, len(variants[split])))]
             accent = ACCENTS[int(rng.integers(0, len(ACCENTS)))]
             plans.append(UtterancePlan(
                 split=split,
                 index=index,
-                text=args.join.join(chosen),
-                spoken=" ".join(vocabulary[token] for token in chosen),
+                text=spoken if args.transcript == "spoken" else args.join.join(chosen),
+                spoken=spoken,
                 voice=f"{accent}+{variant}",
                 variant=variant,
                 rate=int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
@@ -241,6 +247,7 @@ def generate(args: argparse.Namespace) -> dict:
         durations = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
     elapsed = time.perf_counter() - started
     summary = {"seed": args.seed, "sample_rate": args.sample_rate, "vocabulary": vocabulary, "join": args.join,
+               "transcript": args.transcript,
                "min_tokens": args.min_digits, "max_tokens": args.max_digits, "accents": ACCENTS,
                "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
     for split in SPLITS:

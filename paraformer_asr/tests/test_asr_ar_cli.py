@@ -48,7 +48,7 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     assert beam["checkpoint"].endswith("best.pt")
 
 
-@pytest.mark.parametrize("task", ["toy", "speech"])
+@pytest.mark.parametrize("task", ["toy", "speech", "numbers"])
 def test_ar_configs_match_the_paraformer_configs_except_the_decoder(task):
     ar = load_config(PROJECT / "configs" / f"transformer_ar_{task}.yaml")
     paraformer = load_config(PROJECT / "configs" / f"paraformer_{task}.yaml")

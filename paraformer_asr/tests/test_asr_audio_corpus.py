@@ -50,3 +50,28 @@ def test_bad_arguments_and_missing_espeak_exit_2(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}  # no espeak-ng on this PATH
     result = run_script("--out", str(tmp_path / "x"), "--num-train", "1", env=env)
     assert result.returncode == 2 and "apt-get install espeak-ng" in result.stderr
+
+
+def _corpus_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("asr_corpus_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("transcript", ["tokens", "spoken"])
+def test_transcript_is_the_digit_string_or_the_spoken_words(tmp_path, transcript):
+    script = _corpus_script()
+    args = script.parse_args(["--out", str(tmp_path), "--num-train", "5", "--num-val", "0", "--num-test", "0",
+                              "--min-digits", "6", "--max-digits", "12", "--transcript", transcript])
+    variants = {"train": ["m1"], "val": ["f1"], "test": ["m2"]}
+    plans = script.plan_utterances(args, script.load_vocabulary(None), variants)
+    assert len(plans) == 5
+    for plan in plans:
+        words = plan.spoken.split(" ")
+        assert 6 <= len(words) <= 12 and set(words) <= set(script.DIGIT_WORDS.values())
+        digits = "".join({word: digit for digit, word in script.DIGIT_WORDS.items()}[w] for w in words)
+        assert plan.text == (plan.spoken if transcript == "spoken" else digits)
