@@ -9,13 +9,15 @@
 
     python scripts/benchmark.py [--batch 16 --frames 500 --dim 256]
     python scripts/benchmark.py --skip-cif --checkpoints RUN_A RUN_B [--split test | --manifest FILE.jsonl]
-        [--max-utterances 200] [--batch-sizes 1 16] [--beam-size 4] [--out FILE.json] [--table FILE.md]
+        [--max-utterances 200] [--batch-sizes 1 16] [--beam-size 4] [--device cpu|cuda] [--out FILE.json]
+        [--table FILE.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
 import time
 from pathlib import Path
@@ -26,6 +28,20 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from paraformer_asr.cli import run_main  # noqa: E402
 from paraformer_asr.errors import ConfigError  # noqa: E402
+
+
+def device_name(device: str) -> str:
+    """The GPU's name, or the CPU model from /proc/cpuinfo (Linux), else what ``platform`` knows."""
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def best_time(fn, repeats: int) -> float:
@@ -59,7 +75,7 @@ def benchmark_cif(batch: int, frames: int, dim: int, repeats: int, loop_repeats:
 
 
 def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, max_utterances: int,
-                     batch_sizes: list[int], beam_size: int) -> list[dict]:
+                     batch_sizes: list[int], beam_size: int, device_name: str) -> list[dict]:
     """One row per (model, decoding method, batch size), all on the same utterances."""
     import torch
 
@@ -68,7 +84,7 @@ def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, m
     from paraformer_asr.inference import evaluation_dataset, load_trained_model
     from paraformer_asr.models.factory import count_parameters
 
-    device = torch.device("cpu")
+    device = torch.device(device_name)
     rows = []
     for checkpoint in checkpoints:
         loaded = load_trained_model(checkpoint, device)
@@ -80,7 +96,7 @@ def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, m
             for method in ("greedy", "beam"):
                 result = benchmark_decoding(loaded.model, batches, method, device, loaded.tokenizer, beam_size)
                 rows.append({"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path),
-                             "parameters": count_parameters(loaded.model), **result})
+                             "parameters": count_parameters(loaded.model), "device": str(device), **result})
     return rows
 
 
@@ -95,12 +111,13 @@ def greedy_speedups(rows: list[dict]) -> dict:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| model | checkpoint | decode | batch | utterances | CER | RTF | latency (ms / utt.) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | checkpoint | decode | batch | utterances | tokens / utt. | CER | RTF | latency (ms / utt.) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decode = "greedy" if r["method"] == "greedy" else f"beam {r['beam_size']}"
         lines.append(f"| {r['model_type']} | {Path(r['checkpoint']).parent.parent.name} | {decode} | "
-                     f"{r['batch_size']} | {r['num_utterances']} | {100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
+                     f"{r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
+                     f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
                      f"{r['latency_ms_per_utterance']:.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -120,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the models decode")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--table", help="write the model comparison as a Markdown table here")
     args = parser.parse_args(argv)
@@ -127,14 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--batch-sizes, --beam-size and --max-utterances must be >= 1, --threads >= 0")
     import torch
 
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    results: dict = {"torch_threads": torch.get_num_threads()}
+    results: dict = {"torch_threads": torch.get_num_threads(), "device": args.device,
+                     "device_name": device_name(args.device)}
     if not args.skip_cif:
         results["cif"] = benchmark_cif(args.batch, args.frames, args.dim, args.repeats, args.loop_repeats)
     if args.checkpoints:
         rows = benchmark_models(args.checkpoints, args.split, args.manifest, args.max_utterances, args.batch_sizes,
-                                args.beam_size)
+                                args.beam_size, args.device)
         results["decoding"] = rows
         results["greedy_speedup_batch1_vs_slowest"] = greedy_speedups(rows)
         table = markdown_table(rows)

@@ -10,7 +10,7 @@ from paraformer_asr.training.evaluation import evaluate
 from asr_helpers import tiny_model
 
 KEYS = {"method", "beam_size", "num_utterances", "num_batches", "batch_size", "seconds", "audio_seconds", "rtf",
-        "latency_ms_per_utterance", "latency_ms_per_batch", "cer"}
+        "latency_ms_per_utterance", "latency_ms_per_batch", "reference_tokens_per_utterance", "cer"}
 
 
 @pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
@@ -28,6 +28,8 @@ def test_benchmark_decoding_reports_consistent_numbers(model_type):
                                                                                       for b in batches))
         assert result["rtf"] == pytest.approx(result["seconds"] / result["audio_seconds"])
         assert result["latency_ms_per_utterance"] == pytest.approx(1000 * result["seconds"] / 12)
+        assert result["reference_tokens_per_utterance"] == pytest.approx(
+            sum(float(b.token_lengths.sum()) for b in batches) / 12)
         scores, _, _ = evaluate(model, batches, data.tokenizer, device, method, beam_size=2)
         assert result["cer"] == pytest.approx(scores["cer"])
     with pytest.raises(ValueError, match="greedy"):

@@ -42,5 +42,7 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
     assert [(r["model_type"], r["method"], r["batch_size"]) for r in rows] == [
         (m, method, size) for m in ("paraformer", "transformer_ar") for size in (1, 2) for method in ("greedy", "beam")]
     assert all(r["num_utterances"] == 4 and r["latency_ms_per_utterance"] > 0 for r in rows)
+    assert all(r["reference_tokens_per_utterance"] == rows[0]["reference_tokens_per_utterance"] > 0 for r in rows)
     assert max(result["greedy_speedup_batch1_vs_slowest"].values()) >= 1.0
+    assert result["device"] == "cpu" and result["device_name"] and all(r["device"] == "cpu" for r in rows)
     assert len(table.read_text().splitlines()) == 2 + len(rows)

@@ -22,8 +22,9 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     method, beam_size, num_utterances, num_batches, batch_size (largest batch), seconds (decoding
     wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
-    latency_ms_per_batch (1000 * seconds / num_batches) and cer (over the text decoded with
-    ``tokenizer``, as scripts/eval.py computes it).
+    latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
+    transcript length in tokens: the autoregressive decoder's step count) and cer (over the text
+    decoded with ``tokenizer``, as scripts/eval.py computes it).
     """
     if method not in ("greedy", "beam"):
         raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
@@ -48,5 +49,6 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "rtf": seconds / audio_seconds if audio_seconds > 0 else 0.0,
         "latency_ms_per_utterance": 1000.0 * seconds / len(transcripts),
         "latency_ms_per_batch": 1000.0 * seconds / len(batches),
+        "reference_tokens_per_utterance": sum(len(t.ref_tokens) for t in transcripts) / len(transcripts),
         "cer": cer,
     }
