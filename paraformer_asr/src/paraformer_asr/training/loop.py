@@ -386,10 +386,10 @@ class Trainer:
             "epoch_seconds": train_seconds + time.perf_counter() - started,
         }
         self.history.append(row)
-        self.log.info("epoch %d: train_loss %.4f ce %.4f quantity %.4f | val CER %.4f token_acc %.4f seq_acc %.4f "
-                      "len_acc %.4f | %.1fs", row["epoch"], row["train_loss"], row["ce_loss"], row["quantity_loss"],
-                      row["val_cer"], row["val_token_accuracy"], row["val_sequence_accuracy"],
-                      row["val_length_accuracy"], row["epoch_seconds"])
+        terms = "".join(f" {name} {value:.4f}" for name, value in means.items() if name != "loss")  # ce, quantity, ctc
+        self.log.info("epoch %d: train_loss %.4f%s | val CER %.4f token_acc %.4f seq_acc %.4f len_acc %.4f | %.1fs",
+                      row["epoch"], row["train_loss"], terms, row["val_cer"], row["val_token_accuracy"],
+                      row["val_sequence_accuracy"], row["val_length_accuracy"], row["epoch_seconds"])
         self.run.write_metrics(self.history)
         self._plot()
         if row["val_cer"] < self.best_cer:
