@@ -5,12 +5,13 @@
 2. With --checkpoints: decoding of one or more trained models (e.g. a Paraformer and the
    autoregressive baseline) on the same evaluation set, in one run: CER, RTF and latency per
    utterance for greedy and beam decoding at each batch size (default 1 and 16), and the greedy
-   speed-up of every model over the slowest one at batch 1.
+   speed-up of every model over the slowest one at batch 1. Each measurement is repeated --rounds
+   times, the models taking turns, and the median round is reported.
 
     python scripts/benchmark.py [--batch 16 --frames 500 --dim 256]
     python scripts/benchmark.py --skip-cif --checkpoints RUN_A RUN_B [--split test | --manifest FILE.jsonl]
-        [--max-utterances 200] [--batch-sizes 1 16] [--beam-size 4] [--device cpu|cuda] [--out FILE.json]
-        [--table FILE.md]
+        [--max-utterances 200] [--batch-sizes 1 16] [--beam-size 4] [--rounds 3] [--device cpu|cuda]
+        [--out FILE.json] [--table FILE.md]
 """
 
 from __future__ import annotations
@@ -75,8 +76,13 @@ def benchmark_cif(batch: int, frames: int, dim: int, repeats: int, loop_repeats:
 
 
 def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, max_utterances: int,
-                     batch_sizes: list[int], beam_size: int, device_name: str) -> list[dict]:
-    """One row per (model, decoding method, batch size), all on the same utterances."""
+                     batch_sizes: list[int], beam_size: int, device_name: str, rounds: int) -> list[dict]:
+    """One row per (model, batch size, decoding method), all on the same utterances.
+
+    Every measurement is repeated ``rounds`` times; the rounds interleave the models, so a slow spell
+    of a shared machine hits all of them alike. A row is the round with the median decoding time,
+    plus ``rounds`` and ``round_latencies_ms`` (every round's latency per utterance).
+    """
     import torch
 
     from paraformer_asr.data.batching import Collator
@@ -85,18 +91,26 @@ def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, m
     from paraformer_asr.models.factory import count_parameters
 
     device = torch.device(device_name)
-    rows = []
+    cases = []  # (row header, model, tokenizer, batches, method) in row order
     for checkpoint in checkpoints:
         loaded = load_trained_model(checkpoint, device)
         dataset = evaluation_dataset(loaded, split, manifest)
         items = [dataset[i] for i in range(min(max_utterances, len(dataset)))]
         collate = Collator(loaded.tokenizer.pad_id)
+        header = {"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path),
+                  "parameters": count_parameters(loaded.model), "device": str(device)}
         for size in batch_sizes:
             batches = [collate(items[i:i + size]) for i in range(0, len(items), size)]
-            for method in ("greedy", "beam"):
-                result = benchmark_decoding(loaded.model, batches, method, device, loaded.tokenizer, beam_size)
-                rows.append({"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path),
-                             "parameters": count_parameters(loaded.model), "device": str(device), **result})
+            cases += [(header, loaded.model, loaded.tokenizer, batches, method) for method in ("greedy", "beam")]
+    results: list[list[dict]] = [[] for _ in cases]
+    for _ in range(rounds):
+        for case_results, (_, model, tokenizer, batches, method) in zip(results, cases):
+            case_results.append(benchmark_decoding(model, batches, method, device, tokenizer, beam_size))
+    rows = []
+    for (header, *_), case_results in zip(cases, results):
+        median = sorted(case_results, key=lambda r: r["seconds"])[(len(case_results) - 1) // 2]
+        rows.append({**header, **median, "rounds": rounds,
+                     "round_latencies_ms": [r["latency_ms_per_utterance"] for r in case_results]})
     return rows
 
 
@@ -136,13 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-utterances", type=int, default=200)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--beam-size", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="repeat every decoding measurement; report the median")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the models decode")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--table", help="write the model comparison as a Markdown table here")
     args = parser.parse_args(argv)
-    if min(args.batch_sizes) < 1 or args.beam_size < 1 or args.max_utterances < 1 or args.threads < 0:
-        raise ConfigError("--batch-sizes, --beam-size and --max-utterances must be >= 1, --threads >= 0")
+    if min(args.batch_sizes) < 1 or min(args.beam_size, args.max_utterances, args.rounds) < 1 or args.threads < 0:
+        raise ConfigError("--batch-sizes, --beam-size, --max-utterances and --rounds must be >= 1, --threads >= 0")
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         results["cif"] = benchmark_cif(args.batch, args.frames, args.dim, args.repeats, args.loop_repeats)
     if args.checkpoints:
         rows = benchmark_models(args.checkpoints, args.split, args.manifest, args.max_utterances, args.batch_sizes,
-                                args.beam_size, args.device)
+                                args.beam_size, args.device, args.rounds)
         results["decoding"] = rows
         results["greedy_speedup_batch1_vs_slowest"] = greedy_speedups(rows)
         table = markdown_table(rows)

@@ -35,13 +35,15 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
         runs.append(str(train(config_from_dict(raw))))
     out, table = tmp_path / "bench.json", tmp_path / "bench.md"
     args = ["--skip-cif", "--checkpoints", *runs, "--max-utterances", "4", "--batch-sizes", "1", "2",
-            "--beam-size", "2", "--out", str(out), "--table", str(table)]
+            "--beam-size", "2", "--rounds", "3", "--out", str(out), "--table", str(table)]
     assert run_main(_benchmark_script().main, args) == 0
     result = json.loads(out.read_text())
     rows = result["decoding"]
     assert [(r["model_type"], r["method"], r["batch_size"]) for r in rows] == [
         (m, method, size) for m in ("paraformer", "transformer_ar") for size in (1, 2) for method in ("greedy", "beam")]
     assert all(r["num_utterances"] == 4 and r["latency_ms_per_utterance"] > 0 for r in rows)
+    for r in rows:  # the reported round is the median of the three
+        assert r["rounds"] == 3 and sorted(r["round_latencies_ms"])[1] == r["latency_ms_per_utterance"]
     assert all(r["reference_tokens_per_utterance"] == rows[0]["reference_tokens_per_utterance"] > 0 for r in rows)
     assert max(result["greedy_speedup_batch1_vs_slowest"].values()) >= 1.0
     assert result["device"] == "cpu" and result["device_name"] and all(r["device"] == "cpu" for r in rows)
