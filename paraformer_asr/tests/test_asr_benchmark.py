@@ -48,3 +48,14 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
     assert max(result["greedy_speedup_batch1_vs_slowest"].values()) >= 1.0
     assert result["device"] == "cpu" and result["device_name"] and all(r["device"] == "cpu" for r in rows)
     assert len(table.read_text().splitlines()) == 2 + len(rows)
+
+
+def test_bad_benchmark_arguments_exit_2_with_a_message(capsys):
+    import torch
+
+    script = _benchmark_script()
+    assert run_main(script.main, ["--skip-cif", "--rounds", "0"]) == 2
+    assert "--rounds must be >= 1" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert run_main(script.main, ["--skip-cif", "--device", "cuda", "--checkpoints", "missing"]) == 2
+        assert "--device cuda: no CUDA device is available" in capsys.readouterr().err
