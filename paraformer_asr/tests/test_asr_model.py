@@ -5,6 +5,7 @@ import itertools
 import torch
 
 from paraformer_asr.config import config_from_dict
+from paraformer_asr.data.batching import Collator
 from paraformer_asr.decode import beam_search, factorized_beam_search, greedy_decode
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.glancing import glancing_mix
@@ -22,8 +23,6 @@ def test_loss_terms_and_gradients_reach_every_parameter(tiny_data, tiny_batch):
     assert data.tokenizer.blank_id is not None
     torch.manual_seed(0)
     model = build_model(cfg, data.input_dim, data.tokenizer).train()
-    from paraformer_asr.data.batching import Collator
-
     batch = Collator(data.tokenizer.pad_id)([data.train[i] for i in range(6)])
     out = model.compute_loss(batch)
     assert set(out.terms) == {"ce", "quantity", "ctc"}
@@ -82,8 +81,6 @@ def test_overfitting_one_batch_drives_loss_down_and_decodes_it_exactly(tiny_data
     cfg = config_from_dict(raw)
     torch.manual_seed(0)
     model = build_model(cfg, tiny_data.input_dim, tiny_data.tokenizer)
-    from paraformer_asr.data.batching import Collator
-
     batch = Collator(tiny_data.tokenizer.pad_id)([tiny_data.train[i] for i in range(4)])
     losses = overfit(model, batch, steps=150)
     assert losses[-1] < 0.1 * losses[0]
@@ -94,8 +91,6 @@ def test_overfitting_one_batch_drives_loss_down_and_decodes_it_exactly(tiny_data
 
 
 def test_decoding_does_not_depend_on_batch_padding(tiny_cfg, tiny_data):
-    from paraformer_asr.data.batching import Collator
-
     torch.manual_seed(0)
     model = build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).eval()
     collate = Collator(tiny_data.tokenizer.pad_id)
