@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--lm-order", type=int, default=0,
-                        help="with --decode beam: fuse a character n-gram LM of this order, estimated from the "
-                             "checkpoint's training transcripts (0 = no LM)")
+                        help="with --decode beam: fuse a token n-gram LM of this order (over the checkpoint's "
+                             "characters or subword units), estimated from its training transcripts (0 = no LM)")
     parser.add_argument("--lm-weight", type=float, default=0.3, help="shallow-fusion weight of the LM")
     parser.add_argument("--split", choices=("val", "test"), default="val")
     parser.add_argument("--manifest", help="JSON Lines manifest to evaluate (audio checkpoints)")

@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from paraformer_asr.data.resample import resample
-from paraformer_asr.data.wav import read_wav, write_wav
+from paraformer_asr.data.audio import read_audio, write_audio
 from paraformer_asr.errors import DataError, UserError
 
 DIGIT_WORDS = {
@@ -208,7 +208,7 @@ def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path) 
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise UserError(f"espeak-ng failed ({' '.join(command)}): {result.stderr.strip()}")
-    samples, rate = read_wav(raw_path)  # [C, N]
+    samples, rate = read_audio(raw_path)  # [C, N]
     raw_path.unlink()
     speech = resample(samples.mean(dim=0).double(), rate, sample_rate)  # [N]
     speech = torch.cat([torch.zeros(round(plan.leading_silence_s * sample_rate), dtype=torch.float64), speech])
@@ -217,7 +217,7 @@ def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path) 
     noise_rms = speech.square().mean().sqrt() / (10.0 ** (plan.snr_db / 20.0))
     noisy = (speech + noise * noise_rms).clamp(-1.0, 1.0)
     target = out / plan.relative_path
-    write_wav(target, noisy, sample_rate)
+    write_audio(target, noisy, sample_rate)
     return noisy.numel() / sample_rate
 
 

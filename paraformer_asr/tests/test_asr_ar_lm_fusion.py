@@ -82,3 +82,19 @@ def test_build_char_lm_uses_tokenizer_ids_and_never_predicts_unk_or_blank():
     assert int(log_probs.argmax()) == tokenizer.index["c"]
     for token in (tokenizer.unk_id, tokenizer.blank_id, tokenizer.pad_id, tokenizer.bos_id):
         assert log_probs[token] == float("-inf")
+
+
+@pytest.mark.parametrize("kind", ["bpe", "unigram"])
+def test_build_char_lm_is_a_token_lm_over_subword_units(kind):
+    from paraformer_asr.data.tokenizer import build_tokenizer
+
+    texts = ["turn the lights on", "turn the lights off", "turn the music on", "play the music"] * 3
+    tokenizer = build_tokenizer(kind, texts, 30, with_blank=True)
+    lm = build_char_lm(texts, tokenizer, order=3)
+    assert lm.vocab_size == tokenizer.vocab_size
+    log_probs = lm.log_probs(torch.tensor([tokenizer.encode("turn the")]))[0]
+    assert torch.logsumexp(log_probs, 0).item() == pytest.approx(0.0, abs=1e-5)
+    for token in (tokenizer.unk_id, tokenizer.blank_id, tokenizer.pad_id, tokenizer.bos_id):
+        assert log_probs[token] == float("-inf")
+    seen, shuffled = tokenizer.encode("turn the music on"), tokenizer.encode("on music the turn")
+    assert lm.score_sequence(seen) > lm.score_sequence(shuffled)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from paraformer_asr.data.manifest import read_manifest
-from paraformer_asr.data.wav import read_wav
+from paraformer_asr.data.audio import read_audio
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 
@@ -33,7 +33,7 @@ def test_tiny_corpus_is_valid_and_split_by_voice(tmp_path):
         assert len(entries) == 2 and summary["splits"][split]["utterances"] == 2
         for entry in entries:
             assert entry.text.isdigit() and 2 <= len(entry.text) <= 4
-            samples, rate = read_wav(entry.audio_path)
+            samples, rate = read_audio(entry.audio_path)
             assert rate == 16000 and samples.shape[0] == 1
             assert 0.3 < samples.shape[1] / rate < 10 and samples.abs().max() > 0.2
         used[split] = set(summary["splits"][split]["variants_used"])

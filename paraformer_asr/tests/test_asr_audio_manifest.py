@@ -1,5 +1,7 @@
-"""JSON Lines manifests and ManifestDataset: parsing errors name file and line, skipping is counted, items."""
+"""JSON Lines manifests and ManifestDataset: parsing errors name file and line, skipping is counted, items,
+segments, word times, on-the-fly features and speed perturbation."""
 
+import dataclasses
 import json
 import logging
 import math
@@ -9,7 +11,8 @@ import torch
 
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
 from paraformer_asr.data.manifest import ManifestDataset, read_manifest
-from paraformer_asr.data.wav import write_wav
+from paraformer_asr.data.audio import write_audio
+from paraformer_asr.data.batching import Collator
 from paraformer_asr.errors import DataError
 
 
@@ -20,15 +23,16 @@ class DigitTokenizer:
         return [4 + int(char) for char in text]
 
 
-def make_corpus(folder, texts, rate=16000):
-    """One WAV per text (length grows with the text) in folder/wavs; returns manifest lines with relative paths."""
+def make_corpus(folder, texts, rate=16000, suffix=".wav"):
+    """One audio file per text (length grows with the text) in folder/wavs; returns manifest lines with relative
+    paths."""
     (folder / "wavs").mkdir(parents=True, exist_ok=True)
     lines = []
     for index, text in enumerate(texts):
         num_samples = 1600 * (len(text) + 1)
         t = torch.arange(num_samples, dtype=torch.float64) / rate
-        write_wav(folder / "wavs" / f"u{index}.wav", 0.3 * torch.sin(2 * math.pi * 440 * (index + 1) * t), rate)
-        lines.append(json.dumps({"audio": f"wavs/u{index}.wav", "text": text, "id": f"utt{index}"}))
+        write_audio(folder / "wavs" / f"u{index}{suffix}", 0.3 * torch.sin(2 * math.pi * 440 * (index + 1) * t), rate)
+        lines.append(json.dumps({"audio": f"wavs/u{index}{suffix}", "text": text, "id": f"utt{index}"}))
     return lines
 
 
@@ -56,6 +60,16 @@ BAD_LINES = {
     "empty_text": ('{"audio": "wavs/u0.wav", "text": "  "}', "missing or empty 'text'"),
     "missing_audio_field": ('{"text": "12"}', "missing or empty 'audio'"),
     "missing_audio_file": ('{"audio": "wavs/nope.wav", "text": "12"}', "audio file not found"),
+    "negative_start": ('{"audio": "wavs/u0.wav", "text": "1", "start_s": -1}', "'start_s' must be a number of seconds"),
+    "text_end": ('{"audio": "wavs/u0.wav", "text": "1", "end_s": "2"}', "'end_s' must be a number of seconds"),
+    "end_before_start": ('{"audio": "wavs/u0.wav", "text": "1", "start_s": 2, "end_s": 1}', "must be greater"),
+    "words_not_list": ('{"audio": "wavs/u0.wav", "text": "1", "words": "one"}', "'words' must be a list"),
+    "word_without_end": ('{"audio": "wavs/u0.wav", "text": "1", "words": [{"word": "one", "start_ms": 0}]}',
+                         "'words' entry 0 must be"),
+    "word_reversed": ('{"audio": "wavs/u0.wav", "text": "1 2", "words": [{"word": "one", "start_ms": 0, "end_ms": 9},'
+                      ' {"word": "two", "start_ms": 50, "end_ms": 20}]}', "'words' entry 1 must be"),
+    "word_empty": ('{"audio": "wavs/u0.wav", "text": "1", "words": [{"word": " ", "start_ms": 0, "end_ms": 9}]}',
+                   "'words' entry 0 must be"),
 }
 
 
@@ -77,6 +91,7 @@ def test_skip_bad_files_counts_and_warns(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="paraformer_asr"):
         entries = read_manifest(manifest, skip_bad_files=True)
     assert [entry.text for entry in entries] == ["1", "2"]
+    assert all(entry.start_s is None and entry.end_s is None and entry.words is None for entry in entries)
     assert "skipped 2 bad line(s) of 4" in caplog.text and f"{manifest}:2" in caplog.text
 
 
@@ -104,7 +119,7 @@ def test_dataset_items_follow_the_contract(tmp_path):
         assert item["features"].dtype == torch.float32
         assert item["tokens"].dtype == torch.long and item["tokens"].tolist() == DigitTokenizer().encode(text)
         assert item["duration_s"] == pytest.approx(num_samples / 16000)
-    assert dataset.frame_counts() == [item.shape[0] for item in dataset.feature_iterator()]
+    assert dataset.frame_counts() == [item.shape[0] for item in dataset.feature_iterator()]  # headers only
 
 
 def test_dataset_resamples_other_rates(tmp_path):
@@ -121,7 +136,7 @@ def test_normalisation_and_spec_augment_per_item(tmp_path):
     everything = torch.cat([plain[i]["features"] for i in range(len(plain))])
     augment = SpecAugment(freq_masks=2, freq_width=10, time_masks=1, time_width=5)
     dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), normalizer, augment, seed=3)
-    torch.testing.assert_close(next(dataset.feature_iterator()), plain[0]["features"])  # cache is raw log-mel
+    torch.testing.assert_close(next(dataset.feature_iterator()), plain[0]["features"])  # raw log-mel
     normalised = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), normalizer)
     torch.testing.assert_close(torch.cat([normalised[i]["features"] for i in range(4)]).mean(0), torch.zeros(80),
                                atol=1e-4, rtol=0)
@@ -149,3 +164,110 @@ def test_unreadable_audio_names_file_and_line_or_is_skipped(tmp_path, caplog):
     assert len(dataset) == 2 and dataset.num_skipped == 1
     assert [dataset[i]["text"] for i in range(2)] == ["1", "3"]
     assert "skipped 1 unreadable audio file(s) of 3" in caplog.text
+
+
+def test_segments_are_items_of_their_part_of_the_file(tmp_path):
+    from paraformer_asr.data.audio import load_audio
+
+    make_corpus(tmp_path, ["1234567"], suffix=".flac")  # 12800 samples, 0.8 s
+    lines = [json.dumps({"audio": "wavs/u0.flac", "text": "12", "start_s": 0.25, "end_s": 0.5}),
+             json.dumps({"audio": "wavs/u0.flac", "text": "34", "start_s": 0.6}),
+             json.dumps({"audio": "wavs/u0.flac", "text": "56", "end_s": 0.5})]
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
+    assert [(e.start_s, e.end_s) for e in entries] == [(0.25, 0.5), (0.6, None), (None, 0.5)]
+    frontend = LogMelFrontend()
+    dataset = ManifestDataset(entries, DigitTokenizer(), frontend)
+    assert [dataset[i]["duration_s"] for i in range(3)] == pytest.approx([0.25, 0.2, 0.5])
+    assert dataset.frame_counts() == [frontend.num_frames(n) for n in (4000, 3200, 8000)]
+    assert [dataset[i]["features"].shape[0] for i in range(3)] == dataset.frame_counts()
+    whole = load_audio(tmp_path / "wavs" / "u0.flac", 16000)  # [12800]
+    for index, (start, stop) in enumerate([(4000, 8000), (9600, 12800), (0, 8000)]):
+        torch.testing.assert_close(dataset[index]["features"], frontend(whole[start:stop]), rtol=0, atol=0)
+
+
+def test_a_segment_past_the_end_of_its_file_names_the_line(tmp_path, caplog):
+    make_corpus(tmp_path, ["1"])  # 0.2 s
+    lines = [json.dumps({"audio": "wavs/u0.wav", "text": "1", "start_s": 0.05}),
+             json.dumps({"audio": "wavs/u0.wav", "text": "1", "start_s": 3.0})]
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
+    with pytest.raises(DataError, match=r"m.jsonl:2: .*u0.wav: the segment starts at 3 s but the file is only 0.200"):
+        ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    with caplog.at_level(logging.WARNING, logger="paraformer_asr"):
+        assert len(ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), skip_bad_files=True)) == 1
+
+
+def test_word_times_reach_items_and_batches(tmp_path):
+    lines = make_corpus(tmp_path, ["12", "3"])
+    words = [{"word": "one", "start_ms": 10, "end_ms": 180.5}, {"word": "two", "start_ms": 200, "end_ms": 390}]
+    lines[0] = json.dumps({**json.loads(lines[0]), "words": words})
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
+    assert entries[0].words == words and entries[1].words is None
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    assert dataset[0]["words"] == words and "words" not in dataset[1]
+    batch = Collator(0)([dataset[0], dataset[1]])
+    assert batch.words == [words, None]
+    assert Collator(0)([dataset[1]]).words is None
+
+
+def test_speed_perturbation_draws_are_a_pure_function_of_seed_index_and_epoch(tmp_path):
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1", "22", "333", "4444"])))
+    words = [{"word": "one", "start_ms": 100.0, "end_ms": 200.0}]
+    entries = [dataclasses.replace(entries[0], words=words), *entries[1:]]
+    factors = [0.9, 1.0, 1.1]
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), speed_factors=factors, seed=5)
+    plain = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    drawn = {}
+    for epoch in range(12):
+        dataset.set_epoch(epoch)
+        for index in range(4):
+            factor = dataset.speed_factor(index)
+            item = dataset[index]
+            num_samples = 1600 * (len(entries[index].text) + 1)
+            assert item["duration_s"] * 16000 == -(-num_samples * 16000 // round(16000 * factor))  # N / factor
+            assert item["features"].shape[0] == LogMelFrontend().num_frames(round(item["duration_s"] * 16000))
+            if factor == 1.0:
+                assert torch.equal(item["features"], plain[index]["features"])
+            if index == 0:
+                assert item["words"][0]["start_ms"] == pytest.approx(100.0 / factor)
+            drawn[(epoch, index)] = factor
+    assert set(drawn.values()) == set(factors)
+    again = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), speed_factors=factors, seed=5)
+    again.set_epoch(7)
+    assert [again.speed_factor(i) for i in range(4)] == [drawn[(7, i)] for i in range(4)]
+    other_seed = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), speed_factors=factors, seed=6)
+    other_draws = {}
+    for epoch in range(12):
+        other_seed.set_epoch(epoch)
+        other_draws.update({(epoch, index): other_seed.speed_factor(index) for index in range(4)})
+    assert other_draws != drawn
+    assert dataset.frame_counts() == plain.frame_counts()  # bucketing uses the unperturbed lengths
+
+
+def test_speed_perturbation_changes_tempo_and_pitch_together():
+    from paraformer_asr.data.resample import speed_perturb
+
+    t = torch.arange(16000, dtype=torch.float64) / 16000
+    tone = torch.sin(2 * math.pi * 1000 * t)
+    faster = speed_perturb(tone, 16000, 1.1)
+    assert faster.shape == (math.ceil(16000 / 1.1),)
+    spectrum = torch.fft.rfft(faster * torch.hann_window(faster.numel(), dtype=torch.float64)).abs()
+    assert abs(float(spectrum.argmax()) * 16000 / faster.numel() - 1100) < 5  # 1000 Hz played 1.1x faster
+    assert speed_perturb(tone, 16000, 1.0) is tone
+    with pytest.raises(ValueError, match=r"in \(0, 2\]"):
+        speed_perturb(tone, 16000, 2.5)
+
+
+def test_dataloader_workers_give_the_same_items(tmp_path):
+    from paraformer_asr.data.setup import make_loader
+
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1", "22", "333", "4444"])))
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), speed_factors=[0.9, 1.1], seed=1,
+                              spec_augment=SpecAugment(1, 5, 1, 5))
+    dataset.set_epoch(3)
+    batches = []
+    for workers in (0, 2):
+        loader, sampler = make_loader(dataset, 2, 0, shuffle=True, seed=1, num_workers=workers)
+        sampler.set_epoch(3)
+        batches.append([(b.ids, b.features) for b in loader])
+    assert [ids for ids, _ in batches[0]] == [ids for ids, _ in batches[1]]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(batches[0], batches[1]))

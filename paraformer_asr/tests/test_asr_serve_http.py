@@ -1,11 +1,12 @@
 """The speech-recognition service end to end: a real uvicorn server on loopback, a real HTTP client.
 
 The checkpoint is a tiny Paraformer trained for a few epochs (through the package's own loop and checkpoint
-writer) on synthetic digit 'speech': one tone per digit, written with write_wav, listed in a JSON Lines manifest.
+writer) on synthetic digit 'speech': one tone per digit, written with write_audio, listed in a JSON Lines manifest.
 """
 
 import http.client
 import importlib.util
+import io
 import json
 import math
 import signal
@@ -18,7 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
+import numpy
 import pytest
+import soundfile
 import torch
 
 pytest.importorskip("fastapi", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
@@ -29,7 +32,7 @@ import uvicorn  # noqa: E402
 
 from paraformer_asr.cli import run_main  # noqa: E402
 from paraformer_asr.config import config_from_dict  # noqa: E402
-from paraformer_asr.data.wav import write_wav  # noqa: E402
+from paraformer_asr.data.audio import write_audio  # noqa: E402
 from paraformer_asr.errors import CheckpointError  # noqa: E402
 from paraformer_asr.inference import features_from_file, load_trained_model  # noqa: E402
 from paraformer_asr.serving.app import create_app  # noqa: E402
@@ -72,7 +75,7 @@ def corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve_corpus")
     lines = []
     for index, text in enumerate(TEXTS):
-        write_wav(folder / f"utt{index}.wav", digit_speech(text, index), RATE)
+        write_audio(folder / f"utt{index}.wav", digit_speech(text, index), RATE)
         lines.append(json.dumps({"audio": f"utt{index}.wav", "text": text}))
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
@@ -143,8 +146,8 @@ def upload(url: str, data: bytes, field: str = "file") -> tuple[int, dict]:
         connection.close()
 
 
-def wav_bytes(tmp_path, samples: torch.Tensor, name: str = "x.wav") -> bytes:
-    write_wav(tmp_path / name, samples, RATE)
+def audio_bytes(tmp_path, samples: torch.Tensor, name: str = "x.wav") -> bytes:
+    write_audio(tmp_path / name, samples, RATE)
     return (tmp_path / name).read_bytes()
 
 
@@ -181,6 +184,31 @@ def test_transcribe_returns_text_duration_and_rtf(server, corpus, loaded):
     assert answer["text"] == GreedyTranscriber(loaded, torch.device("cpu"))([features])[0]
 
 
+def test_flac_and_ogg_uploads_are_transcribed_like_the_wav(server, corpus, tmp_path):
+    from paraformer_asr.data.audio import read_audio
+
+    samples, _ = read_audio(corpus / "utt2.wav")
+    _, from_wav = upload(server, (corpus / "utt2.wav").read_bytes())
+    status, from_flac = upload(server, audio_bytes(tmp_path, samples, "utt2.flac"))
+    assert status == 200 and from_flac == {**from_wav, "rtf": from_flac["rtf"]}
+    status, from_ogg = upload(server, audio_bytes(tmp_path, samples, "utt2.ogg"))
+    assert status == 200 and from_ogg["duration_s"] == pytest.approx(from_wav["duration_s"], abs=0.01)
+
+
+def test_the_duration_limit_is_checked_before_decoding(loaded, monkeypatch):
+    from fastapi import HTTPException
+
+    from paraformer_asr.serving import app as app_module
+
+    decoded = []
+    monkeypatch.setattr(app_module, "read_frames", lambda *args: decoded.append(args))
+    long_audio = io.BytesIO()
+    soundfile.write(long_audio, numpy.zeros(int(3 * RATE), dtype=numpy.int16), RATE, format="WAV")
+    with pytest.raises(HTTPException) as refused:
+        app_module.features_from_upload(long_audio.getvalue(), loaded, max_audio_seconds=2.0)
+    assert refused.value.status_code == 413 and decoded == []
+
+
 def test_batched_decoding_matches_one_utterance_at_a_time(corpus, loaded):
     transcriber = GreedyTranscriber(loaded, torch.device("cpu"))
     features = [features_from_file(corpus / f"utt{i}.wav", loaded)[0] for i in range(len(TEXTS))]
@@ -190,21 +218,26 @@ def test_batched_decoding_matches_one_utterance_at_a_time(corpus, loaded):
     assert transcriber(features[::-1]) == single[::-1]
 
 
-def truncated_wav(tmp_path) -> bytes:
-    return wav_bytes(tmp_path, digit_speech("123", 0))[:-101]
+def truncated_header(tmp_path) -> bytes:
+    return audio_bytes(tmp_path, digit_speech("123", 0))[:30]
 
 
-def too_long_wav(tmp_path) -> bytes:
-    return wav_bytes(tmp_path, torch.zeros(int((MAX_AUDIO_SECONDS + 0.5) * RATE)))
+def no_samples(tmp_path) -> bytes:
+    return audio_bytes(tmp_path, torch.zeros(0))
+
+
+def too_long_flac(tmp_path) -> bytes:
+    return audio_bytes(tmp_path, torch.zeros(int((MAX_AUDIO_SECONDS + 0.5) * RATE)), "long.flac")
 
 
 @pytest.mark.parametrize("make_body, status, message", [
-    (lambda tmp: b"this is plain text, not audio", 400, "not a WAV file"),
-    (lambda tmp: b"", 400, "empty"),
-    (truncated_wav, 400, "truncated WAV"),
-    (too_long_wav, 413, f"the limit is {MAX_AUDIO_SECONDS:g} s"),
+    (lambda tmp: b"this is plain text, not audio", 400, "uploaded file: not a readable audio file"),
+    (lambda tmp: b"", 400, "uploaded file: file is empty"),
+    (truncated_header, 400, "uploaded file: not a readable audio file"),
+    (no_samples, 400, "uploaded file: file contains no audio samples"),
+    (too_long_flac, 413, f"the limit is {MAX_AUDIO_SECONDS:g} s"),
     (lambda tmp: bytes(MAX_UPLOAD_BYTES + 1), 413, f"larger than the limit of {MAX_UPLOAD_BYTES} bytes"),
-], ids=["not-a-wav", "empty", "truncated", "too-long", "too-large"])
+], ids=["not-audio", "empty", "truncated-header", "no-samples", "too-long", "too-large"])
 def test_bad_uploads_get_a_4xx_json_error_and_the_server_keeps_serving(server, corpus, tmp_path, make_body, status,
                                                                        message):
     answer_status, answer = upload(server, make_body(tmp_path))

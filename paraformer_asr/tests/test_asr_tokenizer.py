@@ -1,9 +1,46 @@
+"""Tokenizers: characters and sentencepiece subwords behind one interface; round trips, special ids, deterministic
+training, a soft vocabulary limit, unknown characters, plain-data storage, and the word rule of pieces()."""
+
+import io
+import json
+import logging
+
+import pytest
 import torch
 
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.setup import check_vocabulary
+from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePieceTokenizer, build_tokenizer,
+                                           tokenizer_from_dict)
+from paraformer_asr.errors import CheckpointError, DataError
+
+CORPUS = [
+    "turn the kitchen lights on", "turn the lights off, please", "what's the weather like today?",
+    "set a timer for ten minutes", "play some music in the kitchen", "stop the music!",
+    "call mum on her mobile", "is it going to rain tomorrow?", "turn the volume up", "turn the volume down",
+]
+SUBWORD_KINDS = ["bpe", "unigram"]
 
 
-def test_round_trip_and_specials():
+def subword(kind, vocab_size=60, with_blank=False, texts=CORPUS):
+    return build_tokenizer(kind, texts, vocab_size, with_blank=with_blank)
+
+
+def words_from_pieces(pieces):
+    """The word rule the timestamp code applies to pieces(): only-whitespace or only-'▁' pieces separate words,
+    a piece starting with '▁' starts a word, a word is its pieces joined without '▁'."""
+    words, current = [], None
+    for piece in pieces:
+        if not piece.strip() or piece == WORD_START:
+            current = None
+            continue
+        if piece.startswith(WORD_START) or current is None:
+            current = []
+            words.append(current)
+        current.append(piece.replace(WORD_START, ""))
+    return ["".join(word) for word in words]
+
+
+def test_char_round_trip_and_specials():
     tok = CharTokenizer.build(["hello world", "abc"])
     assert tok.symbols[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"] and tok.blank_id is None
     for text in ["hello", "a b c", "world hello"]:
@@ -15,16 +52,122 @@ def test_round_trip_and_specials():
     assert tok.encode("z") == [tok.unk_id] and tok.decode([tok.unk_id, tok.pad_id]) == ""
 
 
-def test_blank_and_serialisation():
+def test_char_blank_and_serialisation():
     tok = CharTokenizer.build(["ba"], with_blank=True)
     assert tok.blank_id == 4 and tok.symbols[4] == "<blank>" and tok.vocab_size == 7
-    again = CharTokenizer.from_dict(tok.to_dict())
-    assert again.symbols == tok.symbols and again.blank_id == 4
+    again = tokenizer_from_dict(tok.to_dict())
+    assert isinstance(again, CharTokenizer) and again.symbols == tok.symbols and again.blank_id == 4
 
 
-def test_batch_encode_pads_with_pad_id():
-    tok = CharTokenizer.build(["abc"])
-    tokens, lengths = tok.batch_encode(["abc", "a", ""])
-    assert tokens.shape == (3, 3) and tokens.dtype == torch.long
-    assert lengths.tolist() == [3, 1, 0]
-    assert tokens[1, 1:].tolist() == [tok.pad_id] * 2 and tokens[2].tolist() == [tok.pad_id] * 3
+@pytest.mark.parametrize("kind", ["char", *SUBWORD_KINDS])
+def test_batch_encode_pads_with_pad_id(kind):
+    tok = build_tokenizer(kind, CORPUS, 60)
+    tokens, lengths = tok.batch_encode(["turn the music", "on", ""])
+    assert tokens.dtype == torch.long and tokens.shape == (3, int(lengths.max()))
+    assert lengths.tolist() == [len(tok.encode(t)) for t in ["turn the music", "on", ""]] and lengths[2] == 0
+    assert tokens[1, lengths[1]:].eq(tok.pad_id).all() and tokens[2].eq(tok.pad_id).all()
+
+
+@pytest.mark.parametrize("kind", SUBWORD_KINDS)
+@pytest.mark.parametrize("with_blank", [False, True])
+def test_subword_round_trip_specials_and_fewer_tokens_than_characters(kind, with_blank):
+    tok = subword(kind, with_blank=with_blank)
+    assert tok.kind == kind and (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
+    assert tok.blank_id == (4 if with_blank else None) and tok.num_special == (5 if with_blank else 4)
+    assert tok.pieces(range(tok.num_special)) == ["<pad>", "<bos>", "<eos>", "<unk>", "<blank>"][:tok.num_special]
+    for text in CORPUS + ["the music, please!", "what's on today?"]:
+        ids = tok.encode(text)
+        assert all(tok.num_special <= i < tok.vocab_size for i in ids)
+        assert tok.decode(ids) == text
+        assert tok.decode([tok.bos_id, *ids, tok.eos_id, *tok.encode("stop")]) == text  # specials dropped, stops at eos
+    assert sum(len(tok.encode(t)) for t in CORPUS) < sum(len(t) for t in CORPUS)
+
+
+@pytest.mark.parametrize("kind", SUBWORD_KINDS)
+def test_subword_training_is_deterministic(kind):
+    first, second = subword(kind), subword(kind)
+    assert first.model_proto == second.model_proto
+    assert first.to_dict() == second.to_dict()
+    assert subword(kind, vocab_size=40).model_proto != first.model_proto
+
+
+@pytest.mark.parametrize("kind", ["char", *SUBWORD_KINDS])
+def test_stored_as_plain_data_in_a_weights_only_checkpoint_and_json(kind):
+    tok = build_tokenizer(kind, CORPUS, 60, with_blank=True)
+    buffer = io.BytesIO()
+    torch.save({"tokenizer": tok.to_dict()}, buffer)
+    buffer.seek(0)
+    stored = torch.load(buffer, weights_only=True)["tokenizer"]
+    for data in (stored, json.loads(json.dumps(tok.to_dict()))):
+        again = tokenizer_from_dict(data)
+        assert type(again) is type(tok) and again.kind == kind and again.vocab_size == tok.vocab_size
+        assert again.blank_id == 4
+        for text in CORPUS:
+            assert again.encode(text) == tok.encode(text) and again.decode(tok.encode(text)) == text
+
+
+def test_invalid_stored_tokenizers_raise_checkpoint_error():
+    good = subword("bpe").to_dict()
+    for bad in ({"type": "word"}, {"type": "bpe", "with_blank": False}, {**good, "model": "not base64!"},
+                {**good, "model": "AAAA"}, {**good, "with_blank": True}, {"type": "char", "symbols": ["a"]}):
+        with pytest.raises(CheckpointError, match="stored tokenizer is invalid"):
+            tokenizer_from_dict(bad)
+
+
+@pytest.mark.parametrize("kind", SUBWORD_KINDS)
+def test_vocab_size_is_a_soft_limit_both_ways(kind, caplog):
+    small_corpus = ["one two", "two one", "three"]
+    with caplog.at_level(logging.INFO, logger="paraformer_asr"):
+        tok = subword(kind, vocab_size=5000, texts=small_corpus)
+    assert tok.vocab_size < 5000 and f"{tok.vocab_size} tokens (data.vocab_size 5000; the transcripts allow no more)" \
+        in caplog.text
+    assert all(tok.decode(tok.encode(t)) == t for t in small_corpus)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="paraformer_asr"):
+        tiny = subword(kind, vocab_size=6, texts=small_corpus, with_blank=True)
+    characters = len(set("onetwothree")) + 1  # + '▁'
+    assert tiny.vocab_size == 5 + characters == 13 and "is smaller than the 8 characters" in caplog.text
+    assert all(tiny.decode(tiny.encode(t)) == t for t in small_corpus)
+
+
+@pytest.mark.parametrize("kind", ["char", *SUBWORD_KINDS])
+def test_unknown_characters_map_to_unk_and_are_reported(kind):
+    tok = build_tokenizer(kind, CORPUS, 60)
+    ids = tok.encode("turn the lights on ЖЖ")
+    assert tok.unk_id in ids and tok.decode(ids).startswith("turn the lights on")
+    assert tok.unknown_characters(["the music", "Ж music", "volume 9"]) == ["9", "Ж"]
+    check_vocabulary(CORPUS, tok, "train.jsonl")
+    with pytest.raises(DataError, match=r"test.jsonl: transcripts use characters missing from the model's "
+                                        r"vocabulary: '9Ж'"):
+        check_vocabulary(["volume 9", "Ж"], tok, "test.jsonl")
+
+
+@pytest.mark.parametrize("kind", ["char", *SUBWORD_KINDS])
+def test_pieces_give_the_words_of_the_text(kind):
+    tok = build_tokenizer(kind, CORPUS, 60)
+    for text in CORPUS + ["the kitchen, please!"]:
+        ids = tok.encode(text)
+        pieces = tok.pieces(ids)
+        assert len(pieces) == len(ids) and all(isinstance(p, str) and p for p in pieces)
+        assert words_from_pieces(pieces) == text.split()
+        assert tok.pieces(torch.tensor(ids)) == pieces
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tok.pieces([tok.vocab_size])
+
+
+def test_subword_pieces_carry_the_word_start_marker():
+    tok = subword("bpe")
+    pieces = tok.pieces(tok.encode("turn the music"))
+    assert pieces[0].startswith(WORD_START) and sum(p.startswith(WORD_START) for p in pieces) == 3
+
+
+def test_empty_transcripts_cannot_build_a_tokenizer():
+    for kind in ("char", *SUBWORD_KINDS):
+        with pytest.raises(DataError, match="training transcripts are empty"):
+            build_tokenizer(kind, ["", "  "] if kind != "char" else [""], 50)
+
+
+def test_sentencepiece_tokenizer_checks_its_special_pieces():
+    plain = subword("bpe")
+    with pytest.raises(ValueError, match="first pieces must be"):
+        SentencePieceTokenizer(plain.model_proto, "bpe", with_blank=True)

@@ -76,6 +76,9 @@ class DataConfig:
     n_mels: int = 80
     skip_bad_files: bool = False
     spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
+    tokenizer: str = field(default="char", metadata=_choices("char", "bpe", "unigram"))
+    vocab_size: int = 256  # bpe / unigram: most token ids, specials included (a soft limit)
+    speed_perturb: Optional[list[float]] = None  # e.g. [0.9, 1.0, 1.1]: one factor per training item and epoch
 
 
 @dataclass
@@ -150,6 +153,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if value is None:
             return None
         return _coerce(value, args[0], key)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"config key '{key}' must be a list, got {value!r}")
+        (item_type,) = typing.get_args(tp)
+        return [_coerce(item, item_type, f"{key}[{index}]") for index, item in enumerate(value)]
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"config key '{key}' must be a mapping, got {value!r}")
@@ -230,7 +238,12 @@ def validate(cfg: Config) -> Config:
     _require(m.quantity_weight >= 0, "model.quantity_weight", ">= 0", m.quantity_weight)
     _require(m.ctc_weight >= 0, "model.ctc_weight", ">= 0", m.ctc_weight)
 
+    _require(d.vocab_size >= 1, "data.vocab_size", ">= 1", d.vocab_size)
+    for factor in d.speed_perturb or []:
+        _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", d.speed_perturb)
     if d.kind == "toy":
+        _require(not d.speed_perturb, "data.speed_perturb", "null for toy data (it resamples audio)",
+                 d.speed_perturb)
         toy = d.toy
         _require(len(toy.alphabet) >= 2, "data.toy.alphabet", "at least 2 characters", toy.alphabet)
         _require(len(set(toy.alphabet)) == len(toy.alphabet), "data.toy.alphabet", "free of repeated characters",

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from paraformer_asr.config import Config, config_from_dict
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.checkpointing import load_checkpoint
@@ -20,7 +20,7 @@ from paraformer_asr.training.checkpointing import load_checkpoint
 class LoadedModel:
     model: nn.Module
     cfg: Config
-    tokenizer: CharTokenizer
+    tokenizer: Tokenizer
     normalizer: Any
     input_dim: int
     path: Path
@@ -42,7 +42,7 @@ def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
         cfg = config_from_dict(state["config"])
     except ConfigError as exc:
         raise CheckpointError(f"{path}: stored config is invalid: {exc}") from None
-    tokenizer = CharTokenizer.from_dict(state["tokenizer"])
+    tokenizer = tokenizer_from_dict(state["tokenizer"])
     normalizer = None
     if state.get("normalizer") is not None:
         from paraformer_asr.data.frontend import FeatureNormalizer
@@ -57,39 +57,43 @@ def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
     return LoadedModel(model, cfg, tokenizer, normalizer, int(state["input_dim"]), path)
 
 
+def features_from_waveform(waveform: torch.Tensor, loaded: LoadedModel) -> torch.Tensor:
+    """Mono samples [N] at the checkpoint's ``data.sample_rate`` -> features [T, F] through the checkpoint's
+    front end and normaliser (what training computed)."""
+    from paraformer_asr.data.setup import make_frontend
+
+    features = make_frontend(loaded.cfg)(waveform)
+    return loaded.normalizer(features) if loaded.normalizer is not None else features
+
+
 def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, float]:
-    """A .wav file (through the model's front end and normaliser) or a .npy / .pt feature file [T, F]
-    -> (features [T, F], duration in seconds)."""
+    """An audio file in any format soundfile reads (.wav, .flac, .ogg, ...), through the model's front end and
+    normaliser, or a .npy / .pt feature file [T, F] -> (features [T, F], duration in seconds)."""
     suffix = path.suffix.lower()
     if not path.is_file():
         raise DataError(f"input file not found: {path}")
-    if suffix == ".wav":
+    if suffix not in (".npy", ".pt"):
         if loaded.cfg.data.kind != "manifest":
-            raise DataError(f"{path}: this checkpoint was trained on toy features, not audio; give feature files")
-        from paraformer_asr.data.setup import make_frontend
-        from paraformer_asr.data.wav import load_audio
+            raise DataError(f"{path}: this checkpoint was trained on toy features, not audio; give feature files "
+                            "(.npy or .pt)")
+        from paraformer_asr.data.audio import load_audio
 
-        waveform = load_audio(path, loaded.cfg.data.sample_rate)
-        features = make_frontend(loaded.cfg)(waveform)
-        if loaded.normalizer is not None:
-            features = loaded.normalizer(features)
-        return features, waveform.numel() / loaded.cfg.data.sample_rate
-    if suffix in (".npy", ".pt"):
-        try:
-            if suffix == ".npy":
-                import numpy as np
+        waveform = load_audio(path, loaded.cfg.data.sample_rate)  # [N]
+        return features_from_waveform(waveform, loaded), waveform.numel() / loaded.cfg.data.sample_rate
+    try:
+        if suffix == ".npy":
+            import numpy as np
 
-                features = torch.from_numpy(np.load(path, allow_pickle=False)).float()
-            else:
-                features = torch.load(path, map_location="cpu", weights_only=True).float()
-        except Exception as exc:  # any unreadable file is the user's to fix
-            raise DataError(f"{path}: cannot read features ({type(exc).__name__}: {exc})") from None
-        if features.dim() != 2 or features.shape[1] != loaded.input_dim or features.shape[0] == 0:
-            raise DataError(f"{path}: features must be [T, {loaded.input_dim}], got {tuple(features.shape)}")
-        if not bool(torch.isfinite(features).all()):
-            raise DataError(f"{path}: features contain NaN or Inf")
-        return features, features.shape[0] * 0.01
-    raise DataError(f"{path}: unsupported input type '{suffix}' (use .wav, .npy or .pt)")
+            features = torch.from_numpy(np.load(path, allow_pickle=False)).float()
+        else:
+            features = torch.load(path, map_location="cpu", weights_only=True).float()
+    except Exception as exc:  # any unreadable file is the user's to fix
+        raise DataError(f"{path}: cannot read features ({type(exc).__name__}: {exc})") from None
+    if features.dim() != 2 or features.shape[1] != loaded.input_dim or features.shape[0] == 0:
+        raise DataError(f"{path}: features must be [T, {loaded.input_dim}], got {tuple(features.shape)}")
+    if not bool(torch.isfinite(features).all()):
+        raise DataError(f"{path}: features contain NaN or Inf")
+    return features, features.shape[0] * 0.01
 
 
 def evaluation_dataset(loaded: LoadedModel, split: str = "val", manifest: str | None = None):

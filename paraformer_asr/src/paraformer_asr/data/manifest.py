@@ -1,12 +1,22 @@
 """JSON Lines speech manifests and the dataset built on them.
 
-One utterance per line: ``{"audio": "path.wav", "text": "transcript", "id": "optional"}``. A relative ``audio`` path
-is resolved against the folder holding the manifest. Blank lines are ignored. A bad line (invalid JSON, missing or
-empty ``text``, missing ``audio`` field or file) raises :class:`DataError` naming the manifest and line, or with
+One utterance per line::
+
+    {"audio": "path.flac", "text": "transcript", "id": "optional",
+     "start_s": 1.5, "end_s": 4.25,                                          (optional: a segment of the file)
+     "words": [{"word": "hello", "start_ms": 120, "end_ms": 480}, ...]}      (optional: reference word times)
+
+A relative ``audio`` path is resolved against the folder holding the manifest; the file may be in any format
+data/audio.py reads (WAV, FLAC, OGG, ...). ``start_s`` / ``end_s`` (seconds, ``end_s`` > ``start_s`` >= 0; either may
+be left out: from the start / to the end) make the utterance that part of the file, read by frames without decoding
+the rest. ``words`` times are milliseconds from the start of the utterance (of the segment, when there is one).
+Blank lines are ignored. A bad line (invalid JSON, missing or empty ``text``, missing ``audio`` field or file, a
+malformed ``start_s``/``end_s`` or ``words`` entry) raises :class:`DataError` naming the manifest and line, or with
 ``skip_bad_files`` is skipped, counted and reported in a warning on the ``paraformer_asr`` logger.
 
 Dataset item (contract):
-    {"id": str, "features": float32 [T, n_mels], "tokens": int64 [S], "text": str, "duration_s": float}
+    {"id": str, "features": float32 [T, n_mels], "tokens": int64 [S], "text": str, "duration_s": float,
+     "words": list of {"word", "start_ms", "end_ms"} (only when the manifest line has them)}
 ``tokens`` is ``tokenizer.encode(text)`` (no bos/eos added here).
 """
 
@@ -14,35 +24,41 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from paraformer_asr.data.audio import audio_info, load_audio, segment_frames
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
-from paraformer_asr.data.wav import load_audio
+from paraformer_asr.data.resample import speed_perturb
+from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.errors import DataError
 
 logger = logging.getLogger("paraformer_asr")
 
-
-class Tokenizer(Protocol):
-    def encode(self, text: str) -> list[int]: ...
+_SPEED_STREAM = 1  # keeps the speed draws apart from SpecAugment's in the per-item seed
 
 
 @dataclass(frozen=True)
 class ManifestEntry:
-    """One valid manifest line. ``audio_path`` is absolute or relative to the current directory, ready to open."""
+    """One valid manifest line. ``audio_path`` is absolute or relative to the current directory, ready to open.
+    ``start_s`` / ``end_s`` bound a segment of the file (None: its start / its end); ``words`` are the reference
+    word times of the line, if it has them."""
 
     id: str
     audio_path: Path
     text: str
     line_no: int
     manifest: Path | None = None
+    start_s: float | None = None
+    end_s: float | None = None
+    words: list[dict] | None = None
 
     @property
     def where(self) -> str:
@@ -108,15 +124,52 @@ def _parse_line(manifest: Path, line_no: int, line: str) -> ManifestEntry:
         utt_id = audio_path.stem
     elif not isinstance(utt_id, (str, int)):
         raise DataError(f"{where}: 'id' must be a string, got {type(utt_id).__name__}")
-    return ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no, manifest=manifest)
+    start_s, end_s = _parse_segment(record, where)
+    return ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no,
+                         manifest=manifest, start_s=start_s, end_s=end_s, words=_parse_words(record, where))
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _parse_segment(record: dict, where: str) -> tuple[float | None, float | None]:
+    start_s, end_s = record.get("start_s"), record.get("end_s")
+    for key, value in (("start_s", start_s), ("end_s", end_s)):
+        if value is not None and not (_number(value) and value >= 0):
+            raise DataError(f"{where}: '{key}' must be a number of seconds >= 0, got {value!r}")
+    if start_s is not None and end_s is not None and end_s <= start_s:
+        raise DataError(f"{where}: 'end_s' ({end_s}) must be greater than 'start_s' ({start_s})")
+    return (None if start_s is None else float(start_s)), (None if end_s is None else float(end_s))
+
+
+def _parse_words(record: dict, where: str) -> list[dict] | None:
+    words = record.get("words")
+    if words is None:
+        return None
+    if not isinstance(words, list):
+        raise DataError(f"{where}: 'words' must be a list of {{\"word\", \"start_ms\", \"end_ms\"}} objects")
+    parsed = []
+    for position, word in enumerate(words):
+        if (not isinstance(word, dict) or not isinstance(word.get("word"), str) or not word["word"].strip()
+                or not _number(word.get("start_ms")) or not _number(word.get("end_ms"))
+                or not 0 <= word["start_ms"] <= word["end_ms"]):
+            raise DataError(f"{where}: 'words' entry {position} must be {{\"word\": non-empty string, \"start_ms\": "
+                            f"number >= 0, \"end_ms\": number >= start_ms}}, got {json.dumps(word)}")
+        parsed.append({"word": word["word"], "start_ms": float(word["start_ms"]), "end_ms": float(word["end_ms"])})
+    return parsed
 
 
 class ManifestDataset(Dataset):
-    """Speech utterances from manifest entries, with log-mel features computed once and kept in memory.
+    """Speech utterances from manifest entries, featurised on the fly in ``__getitem__``.
 
-    Normalisation and SpecAugment are applied per item on a copy of the cached (un-normalised) log-mel features.
-    SpecAugment's randomness is a pure function of (seed, index, epoch); call :meth:`set_epoch` each epoch
-    (with DataLoader workers, before the loader is iterated, without ``persistent_workers``).
+    Construction reads every file's header only (sample rate and length, for the frame counts of length-bucketed
+    batching); unreadable headers stop with a DataError naming ``manifest:line`` or, with ``skip_bad_files``, are
+    skipped and counted. An item decodes its audio (or its segment), resamples it to the front end's rate,
+    applies speed perturbation when ``speed_factors`` are given (one factor drawn per item and epoch), computes the
+    log-mel features, then normalises them and applies SpecAugment. All randomness is a pure function of
+    (seed, index, epoch); call :meth:`set_epoch` each epoch (with DataLoader workers, before the loader is
+    iterated, without ``persistent_workers``).
     """
 
     def __init__(
@@ -128,21 +181,21 @@ class ManifestDataset(Dataset):
         spec_augment: SpecAugment | None = None,
         skip_bad_files: bool = False,
         seed: int = 0,
+        speed_factors: Sequence[float] = (),
     ) -> None:
-        self.tokenizer = tokenizer
         self.frontend = frontend
         self.normalizer = normalizer
         self.spec_augment = spec_augment
+        self.speed_factors = [float(f) for f in speed_factors]
         self.seed = int(seed)
         self.epoch = 0
         self.entries: list[ManifestEntry] = []
-        self._features: list[torch.Tensor] = []  # log-mel [T_i, n_mels], before normalisation
+        self._num_samples: list[int] = []  # samples at frontend.sample_rate, unperturbed
         self._tokens: list[torch.Tensor] = []  # [S_i]
-        self._durations: list[float] = []
         problems: list[str] = []
         for entry in entries:
             try:
-                waveform = load_audio(entry.audio_path, frontend.sample_rate)  # [N]
+                num_samples = self._probe(entry)
             except DataError as err:
                 message = f"{entry.where}: {err}"
                 if not skip_bad_files:
@@ -150,9 +203,8 @@ class ManifestDataset(Dataset):
                 problems.append(message)
                 continue
             self.entries.append(entry)
-            self._features.append(frontend(waveform))
+            self._num_samples.append(num_samples)
             self._tokens.append(torch.tensor(tokenizer.encode(entry.text), dtype=torch.long))
-            self._durations.append(waveform.numel() / frontend.sample_rate)
         self.num_skipped = len(problems)
         if problems:
             logger.warning(
@@ -161,35 +213,70 @@ class ManifestDataset(Dataset):
         if not self.entries:
             raise DataError("no usable utterances: every audio file was unreadable" if problems else "no utterances")
 
+    def _probe(self, entry: ManifestEntry) -> int:
+        """Samples the utterance will have at the front end's rate, from the file's header (nothing decoded)."""
+        info = audio_info(entry.audio_path)
+        start, count = segment_frames(info.sample_rate, info.num_frames, entry.start_s, entry.end_s,
+                                      str(entry.audio_path))
+        if count < 0:
+            count = info.num_frames - start
+        if count == 0:
+            raise DataError(f"{entry.audio_path}: file contains no audio samples")
+        return -(-count * self.frontend.sample_rate // info.sample_rate)  # the resampler's ceil(N * new / old)
+
     def __len__(self) -> int:
         return len(self.entries)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the SpecAugment draws of this epoch."""
+        """Select the speed-perturbation and SpecAugment draws of this epoch."""
         self.epoch = int(epoch)
 
     def frame_counts(self) -> list[int]:
-        """Feature length T of every item (for length-bucketed batching)."""
-        return [features.shape[0] for features in self._features]
+        """Feature length T of every item without speed perturbation (for length-bucketed batching)."""
+        return [self.frontend.num_frames(n) for n in self._num_samples]
 
     def feature_iterator(self) -> Iterator[torch.Tensor]:
-        """The cached log-mel features [T, n_mels] before normalisation, for :meth:`FeatureNormalizer.fit`."""
-        return iter(self._features)
+        """Log-mel features [T, n_mels] of every item, unperturbed and before normalisation, for
+        :meth:`FeatureNormalizer.fit` (decodes every file once)."""
+        for index in range(len(self.entries)):
+            yield self.frontend(self._waveform(index))
+
+    def speed_factor(self, index: int) -> float:
+        """The speed factor of item ``index`` in the current epoch (1.0 without speed perturbation)."""
+        if not self.speed_factors:
+            return 1.0
+        state = np.random.SeedSequence([self.seed, index, self.epoch, _SPEED_STREAM])
+        return self.speed_factors[int(np.random.default_rng(state).integers(len(self.speed_factors)))]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         entry = self.entries[index]
-        features = self._features[index]  # [T, n_mels]
+        waveform = self._waveform(index)  # [N]
+        factor = self.speed_factor(index)
+        if factor != 1.0:
+            waveform = speed_perturb(waveform, self.frontend.sample_rate, factor)  # [~N / factor]
+        features = self.frontend(waveform)  # [T, n_mels]
         if self.normalizer is not None:
             features = self.normalizer(features)
         if self.spec_augment is not None and self.spec_augment.enabled:
             features = self.spec_augment(features, self._generator(index))
-        return {
+        item = {
             "id": entry.id,
             "features": features,
             "tokens": self._tokens[index],
             "text": entry.text,
-            "duration_s": self._durations[index],
+            "duration_s": waveform.numel() / self.frontend.sample_rate,
         }
+        if entry.words is not None:
+            item["words"] = [{"word": w["word"], "start_ms": w["start_ms"] / factor, "end_ms": w["end_ms"] / factor}
+                             for w in entry.words]
+        return item
+
+    def _waveform(self, index: int) -> torch.Tensor:
+        entry = self.entries[index]
+        try:
+            return load_audio(entry.audio_path, self.frontend.sample_rate, entry.start_s, entry.end_s)
+        except DataError as err:
+            raise DataError(f"{entry.where}: {err}") from None
 
     def _generator(self, index: int) -> torch.Generator:
         state = np.random.SeedSequence([self.seed, index, self.epoch]).generate_state(1, dtype=np.uint64)[0]

@@ -14,7 +14,14 @@ Vectorised, two equivalent paths (no loop over samples):
   overlapping frames with ``Tensor.unfold`` (no copy), each output's frame is gathered by index and multiplied with
   the kernel of its phase, in chunks of outputs that only bound memory.
 
-Contract: resample(waveform [..., N], orig_sample_rate, new_sample_rate) -> [..., ceil(N * new / orig)]
+Speed perturbation (Kaldi-style, as in ESPnet and WeNet recipes) reuses the resampler: to play a signal ``factor``
+times faster, treat its samples as recorded at ``round(sample_rate * factor)`` Hz and resample them to
+``sample_rate``. The result is about ``N / factor`` samples long and every frequency is multiplied by ``factor``
+(tempo and pitch change together).
+
+Contracts:
+    resample(waveform [..., N], orig_sample_rate, new_sample_rate) -> [..., ceil(N * new / orig)]
+    speed_perturb(waveform [..., N], sample_rate, factor)          -> [..., ceil(N * sample_rate / round(sample_rate * factor))]
 """
 
 from __future__ import annotations
@@ -59,6 +66,14 @@ def resample(
     if up * (down + kernels.shape[1]) <= _MAX_POLYPHASE_WEIGHTS:
         return _resample_polyphase(waveform, up, down, kernels, half_width, num_out)
     return _resample_gather(waveform, up, down, kernels, half_width, num_out)
+
+
+def speed_perturb(waveform: torch.Tensor, sample_rate: int, factor: float) -> torch.Tensor:
+    """Play ``waveform`` [..., N] ``factor`` times faster (factor in (0, 2]; 1 returns the input itself)."""
+    if not 0.0 < factor <= 2.0:
+        raise ValueError(f"speed factor must be in (0, 2], got {factor}")
+    played_at = round(sample_rate * factor)
+    return resample(waveform, played_at, sample_rate)
 
 
 def _resample_polyphase(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
 
 from paraformer_asr.config import Config
 from paraformer_asr.data.batching import Collator, LengthBucketBatchSampler
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer, build_tokenizer
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import DataError
 
@@ -19,7 +22,7 @@ from paraformer_asr.errors import DataError
 class DataBundle:
     """Everything a run needs from the data side. ``normalizer`` is None for toy data."""
 
-    tokenizer: CharTokenizer
+    tokenizer: Tokenizer
     normalizer: Any
     train: Dataset | None
     val: Dataset
@@ -45,9 +48,9 @@ def make_frontend(cfg: Config):
     return LogMelFrontend(sample_rate=cfg.data.sample_rate, n_mels=cfg.data.n_mels)
 
 
-def manifest_dataset(cfg: Config, manifest: str, tokenizer: CharTokenizer, normalizer: Any,
+def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalizer: Any,
                      training: bool = False) -> Dataset:
-    """A ManifestDataset over ``manifest`` (SpecAugment only when ``training``)."""
+    """A ManifestDataset over ``manifest`` (speed perturbation and SpecAugment only when ``training``)."""
     from paraformer_asr.data.frontend import SpecAugment
     from paraformer_asr.data.manifest import ManifestDataset, read_manifest
 
@@ -55,17 +58,22 @@ def manifest_dataset(cfg: Config, manifest: str, tokenizer: CharTokenizer, norma
     check_vocabulary([e.text for e in entries], tokenizer, manifest)
     spec = cfg.data.spec_augment
     augment = SpecAugment(spec.freq_masks, spec.freq_width, spec.time_masks, spec.time_width) if training else None
+    speed_factors = (cfg.data.speed_perturb or []) if training else []
     return ManifestDataset(entries, tokenizer, make_frontend(cfg), normalizer=normalizer, spec_augment=augment,
-                           skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed)
+                           skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed, speed_factors=speed_factors)
 
 
-def check_vocabulary(texts: list[str], tokenizer: CharTokenizer, source: str) -> None:
-    """Raise DataError when transcripts use characters the tokenizer does not know."""
-    known = set(tokenizer.symbols)
-    unknown = sorted({c for text in texts for c in text} - known)
+def check_vocabulary(texts: list[str], tokenizer: Tokenizer, source: str) -> None:
+    """Raise DataError when transcripts use characters the tokenizer can only encode as ``<unk>``."""
+    unknown = tokenizer.unknown_characters(texts)
     if unknown:
         raise DataError(f"{source}: transcripts use characters missing from the model's vocabulary: "
                         f"{''.join(unknown)!r} (was the checkpoint trained on other data?)")
+
+
+def tokenizer_for(cfg: Config, texts: list[str]) -> Tokenizer:
+    """The tokenizer ``data.tokenizer`` describes, learned from ``texts`` (with ``<blank>`` when CTC is on)."""
+    return build_tokenizer(cfg.data.tokenizer, texts, cfg.data.vocab_size, with_blank=cfg.model.ctc_weight > 0)
 
 
 def training_transcripts(cfg: Config) -> list[str]:
@@ -77,12 +85,11 @@ def training_transcripts(cfg: Config) -> list[str]:
     return [e.text for e in read_manifest(cfg.data.train_manifest, skip_bad_files=cfg.data.skip_bad_files)]
 
 
-def build_data(cfg: Config, tokenizer: CharTokenizer | None = None, normalizer_state: dict | None = None,
+def build_data(cfg: Config, tokenizer: Tokenizer | None = None, normalizer_state: dict | None = None,
                with_train: bool = True) -> DataBundle:
     """Datasets for training (tokenizer and normaliser fitted on the training split unless given)."""
-    with_blank = cfg.model.ctc_weight > 0
     if tokenizer is None:
-        tokenizer = CharTokenizer.build(training_transcripts(cfg), with_blank=with_blank)
+        tokenizer = tokenizer_for(cfg, training_transcripts(cfg))
     if cfg.data.kind == "toy":
         train = ToySeq2SeqDataset.from_config(cfg.data.toy, "train") if with_train else None
         if train is not None:
@@ -97,7 +104,10 @@ def build_data(cfg: Config, tokenizer: CharTokenizer | None = None, normalizer_s
     if with_train:
         train = manifest_dataset(cfg, cfg.data.train_manifest, tokenizer, None, training=True)
         if normalizer is None:
-            normalizer = FeatureNormalizer.fit(train.feature_iterator())
+            show = sys.stderr.isatty() and not os.environ.get("CI")
+            features = tqdm(train.feature_iterator(), total=len(train), desc="normaliser statistics", unit="utt",
+                            disable=not show, leave=False)
+            normalizer = FeatureNormalizer.fit(features)  # unperturbed training features, once per run
         train.normalizer = normalizer
     val = manifest_dataset(cfg, cfg.data.val_manifest, tokenizer, normalizer)
     return DataBundle(tokenizer, normalizer, train, val, cfg.data.n_mels)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer
 
 FRAME_SECONDS = 0.01
 SPLIT_SALT = {"train": 0, "val": 1, "test": 2}
@@ -27,7 +27,7 @@ class ToySeq2SeqDataset(Dataset):
 
     def __init__(self, num_items: int, seed: int, prototype_seed: int, alphabet: str, feature_dim: int,
                  min_tokens: int, max_tokens: int, min_frames_per_token: int, max_frames_per_token: int,
-                 transition_frames: int, noise_std: float, tokenizer: CharTokenizer | None = None,
+                 transition_frames: int, noise_std: float, tokenizer: Tokenizer | None = None,
                  name: str = "toy"):
         self.num_items = num_items
         self.seed = seed
@@ -43,7 +43,7 @@ class ToySeq2SeqDataset(Dataset):
         self.prototypes = torch.rand(len(alphabet), feature_dim, generator=proto_gen) * 3.0 - 1.5  # [A, F]
 
     @classmethod
-    def from_config(cls, toy_cfg, split: str, tokenizer: CharTokenizer | None = None) -> "ToySeq2SeqDataset":
+    def from_config(cls, toy_cfg, split: str, tokenizer: Tokenizer | None = None) -> "ToySeq2SeqDataset":
         """Build the 'train', 'val' or 'test' split described by a ``ToyDataConfig``."""
         num_items = {"train": toy_cfg.num_train, "val": toy_cfg.num_val, "test": toy_cfg.num_test}[split]
         return cls(num_items=num_items, seed=toy_cfg.seed * 7919 + SPLIT_SALT[split],

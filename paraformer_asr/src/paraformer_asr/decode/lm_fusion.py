@@ -1,4 +1,7 @@
-"""Shallow fusion of the character n-gram LM (decode/ngram_lm.py) into beam search.
+"""Shallow fusion of the token n-gram LM (decode/ngram_lm.py) into beam search.
+
+The LM is estimated over the model's own token ids (:func:`build_char_lm`): characters, or subword units when the
+checkpoint was trained with ``data.tokenizer: bpe | unigram``; nothing else changes.
 
 One entry point for every model type: :func:`lm_beam_search`. For a model with per-position
 posteriors (the Paraformer: ``posteriors(features, feat_mask) -> (log_probs [B, N, V], cif)``) it
@@ -19,14 +22,14 @@ import torch
 import torch.nn as nn
 
 from paraformer_asr.checks import assert_shape
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.ngram_lm import CharNgramLM
 
 
-def build_char_lm(texts: Iterable[str], tokenizer: CharTokenizer, order: int = 4) -> CharNgramLM:
-    """An n-gram LM over the tokenizer's ids estimated from (training) transcripts; unk and blank are
-    never predicted."""
+def build_char_lm(texts: Iterable[str], tokenizer: Tokenizer, order: int = 4) -> CharNgramLM:
+    """An n-gram LM over the tokenizer's ids (characters or subword units) estimated from (training)
+    transcripts; unk and blank are never predicted."""
     exclude = [tokenizer.unk_id] + ([tokenizer.blank_id] if tokenizer.blank_id is not None else [])
     lm = CharNgramLM(order, tokenizer.vocab_size, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id, exclude)
     return lm.fit(tokenizer.encode(text) for text in texts)

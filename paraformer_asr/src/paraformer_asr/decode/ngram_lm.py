@@ -1,4 +1,8 @@
-"""Character (token-id) n-gram language model with interpolated Kneser-Ney smoothing, for shallow fusion.
+"""Token n-gram language model with interpolated Kneser-Ney smoothing, for shallow fusion.
+
+It works on token ids, whatever they stand for: characters with ``data.tokenizer: char``, subword units with
+``bpe`` / ``unigram`` (then an order-N model spans N subword units, usually more than N characters). The class keeps
+its historical name ``CharNgramLM``.
 
 Estimation (Chen & Goodman's interpolated Kneser-Ney with one discount per order):
     Each training sequence is padded as ``[bos] * (order - 1) + tokens + [eos]``; every position after the padding

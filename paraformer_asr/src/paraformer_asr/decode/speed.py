@@ -8,13 +8,13 @@ import torch
 import torch.nn as nn
 
 from paraformer_asr.data.batching import Batch
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.metrics.asr_metrics import score_transcripts
 
 
 def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,
-                       tokenizer: CharTokenizer, beam_size: int = 4, warmup_batches: int = 1) -> dict:
+                       tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1) -> dict:
     """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
     ('beam', best beam scored) and time it.
 

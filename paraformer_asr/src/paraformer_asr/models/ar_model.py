@@ -23,7 +23,7 @@ import torch.nn as nn
 from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask
 from paraformer_asr.config import Config, ModelConfig
 from paraformer_asr.data.batching import Batch
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search
 from paraformer_asr.losses import label_smoothed_cross_entropy
 from paraformer_asr.models.ctc import optional_ctc_head
@@ -242,7 +242,7 @@ class TransformerAR(nn.Module):
                               lm_weight)
 
 
-def build_transformer_ar(cfg: Config, input_dim: int, tokenizer: CharTokenizer) -> TransformerAR:
+def build_transformer_ar(cfg: Config, input_dim: int, tokenizer: Tokenizer) -> TransformerAR:
     return TransformerAR(cfg.model, input_dim=input_dim, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                          bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, blank_id=tokenizer.blank_id,
                          subsampling_factor=cfg.subsampling_factor)

@@ -12,7 +12,7 @@ import importlib
 import torch.nn as nn
 
 from paraformer_asr.config import Config
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.errors import ConfigError
 
 MODEL_BUILDERS = {
@@ -21,14 +21,14 @@ MODEL_BUILDERS = {
 }
 
 
-def build_paraformer(cfg: Config, input_dim: int, tokenizer: CharTokenizer) -> nn.Module:
+def build_paraformer(cfg: Config, input_dim: int, tokenizer: Tokenizer) -> nn.Module:
     from paraformer_asr.models.paraformer import Paraformer
 
     return Paraformer(cfg.model, input_dim=input_dim, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                       blank_id=tokenizer.blank_id, subsampling_factor=cfg.subsampling_factor)
 
 
-def build_model(cfg: Config, input_dim: int, tokenizer: CharTokenizer) -> nn.Module:
+def build_model(cfg: Config, input_dim: int, tokenizer: Tokenizer) -> nn.Module:
     if cfg.model.type not in MODEL_BUILDERS:
         raise ConfigError(f"config key 'model.type' must be one of {sorted(MODEL_BUILDERS)}, got {cfg.model.type!r}")
     module_name, function_name = MODEL_BUILDERS[cfg.model.type]

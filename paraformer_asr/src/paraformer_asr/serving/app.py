@@ -1,12 +1,12 @@
 """The HTTP service: ``create_app(loaded_model, settings) -> FastAPI``.
 
-    POST /transcribe   multipart form, WAV file in field ``file``  -> {"text", "duration_s", "rtf"}
+    POST /transcribe   multipart form, audio (WAV, FLAC, OGG, ...) in field ``file``  -> {"text", "duration_s", "rtf"}
     GET  /health       model type, checkpoint, device, uptime, limits, batching statistics
     GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
 
 ``rtf`` is the request's processing time on the server (feature extraction, waiting for its batch, the batched
 decode) divided by the audio's duration. Every refused request answers JSON ``{"detail": "<message>"}``:
-400 unreadable audio (not a WAV, empty, truncated, unsupported encoding), 413 upload larger than
+400 unreadable audio (not an audio format soundfile reads, empty, damaged header, no samples), 413 upload larger than
 ``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the form field ``file``,
 503 while the server shuts down.
 """
@@ -14,10 +14,9 @@ decode) divided by the audio's duration. Every refused request answers JSON ``{"
 from __future__ import annotations
 
 import asyncio
-import tempfile
+import io
 import time
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import torch
 from fastapi import FastAPI, File, HTTPException, Request, UploadFile
@@ -27,13 +26,14 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from paraformer_asr import __version__
-from paraformer_asr.data.wav import read_wav
+from paraformer_asr.data.audio import open_audio, read_frames, to_mono
 from paraformer_asr.errors import CheckpointError, DataError
-from paraformer_asr.inference import LoadedModel, features_from_file
+from paraformer_asr.inference import LoadedModel, features_from_waveform
 from paraformer_asr.serving.batcher import BatcherClosed, GreedyTranscriber, MicroBatcher
 from paraformer_asr.serving.settings import ServeSettings
 
 UPLOAD_FIELD = "file"
+UPLOAD_NAME = "uploaded file"  # how error messages name the upload
 _DRAIN_FACTOR = 4  # an oversized body up to this many times the limit is read and dropped before answering 413
 
 
@@ -76,7 +76,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
             await run_in_threadpool(batcher.close)
 
     app = FastAPI(title="paraformer_asr speech recognition", version=__version__, lifespan=lifespan,
-                  description="Transcribe WAV uploads with a Paraformer checkpoint; concurrent requests are "
+                  description="Transcribe audio uploads with a Paraformer checkpoint; concurrent requests are "
                               "decoded together in dynamic micro-batches.")
     app.add_middleware(UploadSizeLimit, max_bytes=settings.max_upload_bytes)
     app.add_exception_handler(RequestValidationError, _missing_upload_answer)
@@ -85,7 +85,8 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
     errors = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
 
     @app.post("/transcribe", response_model=Transcription, responses=errors)
-    async def transcribe(file: UploadFile = File(..., description="a WAV file (PCM 8/16/24/32-bit or float)")):
+    async def transcribe(file: UploadFile = File(..., description="an audio file: WAV (any PCM width, float, "
+                                                                  "A-law, mu-law), FLAC, OGG, MP3, ...")):
         start = time.perf_counter()
         data = await file.read()
         features, duration_s = await run_in_threadpool(features_from_upload, data, loaded_model,
@@ -108,23 +109,24 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
 
 
 def features_from_upload(data: bytes, loaded: LoadedModel, max_audio_seconds: float) -> tuple[torch.Tensor, float]:
-    """Uploaded WAV bytes -> (features [T, F] through the model's front end and normaliser, duration in seconds).
+    """Uploaded audio bytes (any format soundfile reads) -> (features [T, F] through the model's front end and
+    normaliser, duration in seconds).
 
+    Read from memory, once: the header gives the duration, which is checked before any sample is decoded.
     Raises HTTPException 400 for unreadable audio (the message names the 'uploaded file'), 413 for audio longer
-    than ``max_audio_seconds`` (checked before the front end runs)."""
-    with tempfile.TemporaryDirectory(prefix="paraformer_asr_upload_") as folder:
-        path = Path(folder) / "upload.wav"
-        path.write_bytes(data)
-        try:
-            samples, sample_rate = read_wav(path)  # [C, N]
-            duration_s = samples.shape[1] / sample_rate
+    than ``max_audio_seconds``."""
+    try:
+        with open_audio(io.BytesIO(data), UPLOAD_NAME) as handle:
+            duration_s = handle.frames / handle.samplerate
             if duration_s > max_audio_seconds:
                 raise HTTPException(status_code=413, detail=f"audio is {duration_s:.2f} s long; the limit is "
                                                             f"{max_audio_seconds:g} s")
-            features, duration_s = features_from_file(path, loaded)
-        except DataError as exc:
-            raise HTTPException(status_code=400, detail=str(exc).replace(str(path), "uploaded file")) from None
-    return features, duration_s
+            samples = read_frames(handle, UPLOAD_NAME)  # [C, N]
+            sample_rate = handle.samplerate
+    except DataError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    waveform = to_mono(samples, sample_rate, loaded.cfg.data.sample_rate)  # [N]
+    return features_from_waveform(waveform, loaded), duration_s
 
 
 async def _missing_upload_answer(request: Request, exc: RequestValidationError) -> JSONResponse:

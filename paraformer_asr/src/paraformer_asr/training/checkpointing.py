@@ -2,7 +2,7 @@
 
 Layout of a checkpoint dict:
     format: "paraformer_asr.checkpoint", version: 1,
-    model: state_dict, config: Config.to_dict(), tokenizer: CharTokenizer.to_dict(),
+    model: state_dict, config: Config.to_dict(), tokenizer: Tokenizer.to_dict() (plain data of any kind),
     normalizer: FeatureNormalizer.to_dict() | None, input_dim: int,
     optimizer / scheduler / scaler: state_dicts, progress: {epoch, batch_in_epoch, global_step, ...},
     rng: {python, numpy, torch, cuda}, history: list of per-epoch dicts, best: {...}

@@ -6,12 +6,12 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.search import Transcript, transcribe_batches
 from paraformer_asr.metrics import score_transcripts
 
 
-def evaluate(model: nn.Module, loader: DataLoader, tokenizer: CharTokenizer, device: torch.device,
+def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
              method: str = "greedy", beam_size: int = 4, lm=None,
              lm_weight: float = 0.0) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;

@@ -25,8 +25,8 @@ from tqdm import tqdm
 from paraformer_asr.checks import lengths_to_mask
 from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.batching import Collator
-from paraformer_asr.data.setup import DataBundle, build_data, make_loader
-from paraformer_asr.data.tokenizer import CharTokenizer
+from paraformer_asr.data.setup import DataBundle, build_data, make_loader, tokenizer_for, training_transcripts
+from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import TrainingError
 from paraformer_asr.models.cif import alignment_plot_data
 from paraformer_asr.models.factory import build_model, count_parameters
@@ -137,7 +137,7 @@ class Trainer:
         self.run = run
         self.data = data
         self.ctx = ctx or DistContext()
-        self.tokenizer: CharTokenizer = data.tokenizer
+        self.tokenizer: Tokenizer = data.tokenizer
         self.device = resolve_device(cfg.run.device)
         if self.device.type == "cuda" and self.ctx.enabled:
             self.device = torch.device("cuda", self.ctx.local_rank)
@@ -437,7 +437,11 @@ def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
         setup_logging(run.path / "train.log" if ctx.is_main else None, quiet=not ctx.is_main)
         apply_num_threads(cfg.run.num_threads)
         seed_everything(cfg.run.seed)
-        tokenizer = CharTokenizer.from_dict(state["tokenizer"]) if state else None
+        if state is not None:
+            tokenizer = tokenizer_from_dict(state["tokenizer"])
+        else:  # learned once, on rank 0, and sent to the other ranks
+            learned = tokenizer_for(cfg, training_transcripts(cfg)).to_dict() if ctx.is_main else None
+            tokenizer = tokenizer_from_dict(broadcast_object(learned, ctx))
         data = build_data(cfg, tokenizer, state["normalizer"] if state else None)
         if ctx.is_main:
             run.write_tokenizer(data.tokenizer.to_dict())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import logging
@@ -40,7 +41,11 @@ class RunFolder:
         return self.path.name
 
     def write_tokenizer(self, tokenizer_dict: dict) -> None:
+        """``tokenizer.json`` (what checkpoints hold), and for subword units also ``tokenizer.model``, the
+        sentencepiece model itself (readable by sentencepiece's own tools)."""
         (self.path / "tokenizer.json").write_text(json.dumps(tokenizer_dict, indent=1), encoding="utf-8")
+        if "model" in tokenizer_dict:
+            (self.path / "tokenizer.model").write_bytes(base64.b64decode(tokenizer_dict["model"]))
 
     def write_metrics(self, history: list[dict]) -> None:
         (self.path / "metrics.json").write_text(json.dumps(history, indent=2), encoding="utf-8")
