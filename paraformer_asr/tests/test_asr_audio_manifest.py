@@ -225,6 +225,7 @@ def test_speed_perturbation_draws_are_a_pure_function_of_seed_index_and_epoch(tm
             num_samples = 1600 * (len(entries[index].text) + 1)
             assert item["duration_s"] * 16000 == -(-num_samples * 16000 // round(16000 * factor))  # N / factor
             assert item["features"].shape[0] == LogMelFrontend().num_frames(round(item["duration_s"] * 16000))
+            assert item["features"].shape[0] == dataset.frame_counts(epoch)[index]  # what the sampler buckets by
             if factor == 1.0:
                 assert torch.equal(item["features"], plain[index]["features"])
             if index == 0:
@@ -240,7 +241,7 @@ def test_speed_perturbation_draws_are_a_pure_function_of_seed_index_and_epoch(tm
         other_seed.set_epoch(epoch)
         other_draws.update({(epoch, index): other_seed.speed_factor(index) for index in range(4)})
     assert other_draws != drawn
-    assert dataset.frame_counts() == plain.frame_counts()  # bucketing uses the unperturbed lengths
+    assert dataset.frame_counts() == plain.frame_counts() == plain.frame_counts(epoch=3)  # unperturbed
 
 
 def test_speed_perturbation_changes_tempo_and_pitch_together():
@@ -267,6 +268,7 @@ def test_dataloader_workers_give_the_same_items(tmp_path):
     batches = []
     for workers in (0, 2):
         loader, sampler = make_loader(dataset, 2, 0, shuffle=True, seed=1, num_workers=workers)
+        assert sampler.lengths_of_epoch == dataset.frame_counts
         sampler.set_epoch(3)
         batches.append([(b.ids, b.features) for b in loader])
     assert [ids for ids, _ in batches[0]] == [ids for ids, _ in batches[1]]

@@ -66,3 +66,16 @@ def test_bucket_sampler_covers_everything_once_deterministically_and_resumes():
     chunks = [list(range(i, min(i + 8, 203))) for i in range(0, 203, 8)]
     random_padding = sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in chunks)
     assert padding < random_padding / 3
+
+
+def test_bucket_sampler_follows_lengths_that_change_per_epoch():
+    lengths = list(range(100, 164))
+
+    def reversed_on_odd(epoch):
+        return lengths if epoch % 2 == 0 else lengths[::-1]
+
+    sampler = LengthBucketBatchSampler(lengths, batch_size=8, shuffle=False, lengths_of_epoch=reversed_on_odd)
+    sampler.set_epoch(0)
+    assert list(sampler)[0] == list(range(8))  # shortest first
+    sampler.set_epoch(1)
+    assert list(sampler)[0] == list(range(63, 55, -1))

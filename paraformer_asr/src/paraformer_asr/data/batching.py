@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -92,14 +93,17 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
     sorted by length once. Process ``rank`` takes items ``rank, rank + num_replicas, ...`` of every
     global batch (a global batch smaller than ``num_replicas`` is dropped so every process gets the
     same number of batches). The order is a pure function of (seed, epoch), and ``start_batch``
-    skips batches already done (exact resume).
+    skips batches already done (exact resume). ``lengths_of_epoch(epoch)``, when given, supplies the
+    lengths of each epoch instead of ``lengths`` (speed perturbation changes them from epoch to epoch).
     """
 
     def __init__(self, lengths: list[int], batch_size: int, shuffle: bool = True, seed: int = 0,
-                 pool_batches: int = 50, drop_last: bool = False, num_replicas: int = 1, rank: int = 0):
+                 pool_batches: int = 50, drop_last: bool = False, num_replicas: int = 1, rank: int = 0,
+                 lengths_of_epoch: Callable[[int], Sequence[int]] | None = None):
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} must be in [0, {num_replicas})")
         self.lengths = list(lengths)
+        self.lengths_of_epoch = lengths_of_epoch
         self.batch_size = batch_size
         self.global_batch = batch_size * num_replicas
         self.shuffle = shuffle
@@ -117,16 +121,17 @@ class LengthBucketBatchSampler(Sampler[list[int]]):
 
     def global_batches(self) -> list[list[int]]:
         """All global batches of the current epoch, in order."""
-        order = list(range(len(self.lengths)))
+        lengths = self.lengths if self.lengths_of_epoch is None else list(self.lengths_of_epoch(self.epoch))
+        order = list(range(len(lengths)))
         if not self.shuffle:
-            order.sort(key=lambda i: self.lengths[i])
+            order.sort(key=lambda i: lengths[i])
             return self._cut(order)
         rng = random.Random(self.seed * 100_003 + self.epoch)
         rng.shuffle(order)
         pool_size = self.global_batch * self.pool_batches
         batches: list[list[int]] = []
         for start in range(0, len(order), pool_size):
-            pool = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i])
+            pool = sorted(order[start:start + pool_size], key=lambda i: lengths[i])
             batches.extend(self._cut(pool))
         rng.shuffle(batches)
         return batches

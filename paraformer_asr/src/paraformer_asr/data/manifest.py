@@ -188,7 +188,6 @@ class ManifestDataset(Dataset):
         self.spec_augment = spec_augment
         self.speed_factors = [float(f) for f in speed_factors]
         self.seed = int(seed)
-        self.epoch = 0
         self.entries: list[ManifestEntry] = []
         self._num_samples: list[int] = []  # samples at frontend.sample_rate, unperturbed
         self._tokens: list[torch.Tensor] = []  # [S_i]
@@ -212,6 +211,7 @@ class ManifestDataset(Dataset):
             )
         if not self.entries:
             raise DataError("no usable utterances: every audio file was unreadable" if problems else "no utterances")
+        self.set_epoch(0)
 
     def _probe(self, entry: ManifestEntry) -> int:
         """Samples the utterance will have at the front end's rate, from the file's header (nothing decoded)."""
@@ -230,23 +230,36 @@ class ManifestDataset(Dataset):
     def set_epoch(self, epoch: int) -> None:
         """Select the speed-perturbation and SpecAugment draws of this epoch."""
         self.epoch = int(epoch)
+        self._epoch_factors = self.speed_factors_of_epoch(self.epoch)
 
-    def frame_counts(self) -> list[int]:
-        """Feature length T of every item without speed perturbation (for length-bucketed batching)."""
-        return [self.frontend.num_frames(n) for n in self._num_samples]
+    def speed_factors_of_epoch(self, epoch: int) -> np.ndarray:
+        """The speed factor of every item in ``epoch``: float64 [len(self)], all 1.0 without speed perturbation.
+        One vectorised draw per epoch from a generator seeded by (seed, epoch): a pure function of
+        (seed, index, epoch)."""
+        if not self.speed_factors:
+            return np.ones(len(self.entries))
+        generator = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, _SPEED_STREAM]))
+        return np.asarray(self.speed_factors)[generator.integers(len(self.speed_factors), size=len(self.entries))]
+
+    def speed_factor(self, index: int) -> float:
+        """The speed factor of item ``index`` in the current epoch (1.0 without speed perturbation)."""
+        return float(self._epoch_factors[index])
+
+    def frame_counts(self, epoch: int | None = None) -> list[int]:
+        """Feature length T of every item, from the headers: unperturbed, or after the speed perturbation of
+        ``epoch`` (what length-bucketed batching should see that epoch)."""
+        num_samples = np.asarray(self._num_samples, dtype=np.int64)  # [len(self)]
+        if epoch is not None and self.speed_factors:
+            rate = self.frontend.sample_rate
+            played_at = np.round(rate * self.speed_factors_of_epoch(epoch)).astype(np.int64)  # as speed_perturb
+            num_samples = -(-num_samples * rate // played_at)  # the resampler's ceil(N * new / old)
+        return [self.frontend.num_frames(int(n)) for n in num_samples]
 
     def feature_iterator(self) -> Iterator[torch.Tensor]:
         """Log-mel features [T, n_mels] of every item, unperturbed and before normalisation, for
         :meth:`FeatureNormalizer.fit` (decodes every file once)."""
         for index in range(len(self.entries)):
             yield self.frontend(self._waveform(index))
-
-    def speed_factor(self, index: int) -> float:
-        """The speed factor of item ``index`` in the current epoch (1.0 without speed perturbation)."""
-        if not self.speed_factors:
-            return 1.0
-        state = np.random.SeedSequence([self.seed, index, self.epoch, _SPEED_STREAM])
-        return self.speed_factors[int(np.random.default_rng(state).integers(len(self.speed_factors)))]
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         entry = self.entries[index]

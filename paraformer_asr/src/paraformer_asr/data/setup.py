@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,13 @@ def item_lengths(dataset: Dataset) -> list[int]:
     if hasattr(dataset, "frame_counts"):
         return dataset.frame_counts()
     return [dataset[i]["features"].shape[0] for i in range(len(dataset))]
+
+
+def epoch_lengths(dataset: Dataset) -> Callable[[int], list[int]] | None:
+    """``epoch -> frame counts`` for a dataset whose lengths change between epochs (speed perturbation), else None."""
+    from paraformer_asr.data.manifest import ManifestDataset
+
+    return dataset.frame_counts if isinstance(dataset, ManifestDataset) and dataset.speed_factors else None
 
 
 def make_frontend(cfg: Config):
@@ -122,7 +130,7 @@ def make_loader(dataset: Dataset, batch_size: int, pad_id: int, shuffle: bool, s
     if len(dataset) < num_replicas:
         raise DataError(f"the dataset has {len(dataset)} items, fewer than the {num_replicas} processes")
     sampler = LengthBucketBatchSampler(item_lengths(dataset), batch_size, shuffle=shuffle, seed=seed,
-                                       num_replicas=num_replicas, rank=rank)
+                                       num_replicas=num_replicas, rank=rank, lengths_of_epoch=epoch_lengths(dataset))
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id), num_workers=num_workers,
                         generator=torch.Generator().manual_seed(seed))
     return loader, sampler

@@ -132,7 +132,7 @@ def features_from_upload(data: bytes, loaded: LoadedModel, max_audio_seconds: fl
 async def _missing_upload_answer(request: Request, exc: RequestValidationError) -> JSONResponse:
     problems = "; ".join(f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}" for error in exc.errors())
     return JSONResponse(status_code=422, content={
-        "detail": f"send the WAV file as multipart/form-data in the field '{UPLOAD_FIELD}' ({problems})"})
+        "detail": f"send the audio file as multipart/form-data in the field '{UPLOAD_FIELD}' ({problems})"})
 
 
 class UploadSizeLimit:
