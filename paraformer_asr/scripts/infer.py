@@ -22,7 +22,8 @@ from paraformer_asr.errors import ConfigError  # noqa: E402
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("inputs", nargs="*", help=".wav files or feature files (.npy / .pt, [T, F])")
+    parser.add_argument("inputs", nargs="*",
+                        help="audio files (.wav, .flac, .ogg, ...) or feature files (.npy / .pt, [T, F])")
     parser.add_argument("--toy-split", choices=("train", "val", "test"), help="transcribe items of the toy set")
     parser.add_argument("--toy-count", type=int, default=5)
     parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")

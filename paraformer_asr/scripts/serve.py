@@ -1,7 +1,7 @@
 """Serve a trained checkpoint over HTTP: python scripts/serve.py --checkpoint CKPT [--host 127.0.0.1] [--port 8000]
     [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 30] [--max-upload-mb 10] [--device auto]
 
-POST /transcribe (multipart form, WAV in field 'file') -> {"text", "duration_s", "rtf"}; GET /health; docs at
+POST /transcribe (multipart form, audio file in field 'file') -> {"text", "duration_s", "rtf"}; GET /health; docs at
 /docs. Concurrent requests are decoded together: the batcher waits at most --max-wait-ms to fill a batch of up to
 --max-batch-size. Needs the optional extra: pip install -e .[serve]. A run folder means its best.pt. The checkpoint
 must be trained on audio (data.kind: manifest). Stop with Ctrl-C / SIGTERM: queued requests are finished first.

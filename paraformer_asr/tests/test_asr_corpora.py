@@ -26,7 +26,7 @@ def burst(seconds: float, seed: int) -> torch.Tensor:
 
 
 def librispeech_subset(root, name, chapters):
-    """root/name/SPEAKER/CHAPTER/SPEAKER-CHAPTER-NNNN.flac + SPEAKER-CHAPTER.trans.txt; chapters: {(spk, chap): texts}."""
+    """root/name/SPEAKER/CHAPTER/SPEAKER-CHAPTER-NNNN.flac + SPEAKER-CHAPTER.trans.txt per {(spk, chap): texts}."""
     for (speaker, chapter), texts in chapters.items():
         folder = root / name / str(speaker) / str(chapter)
         folder.mkdir(parents=True)
@@ -110,7 +110,8 @@ def test_kaldi_segments_become_start_and_end_fields(tmp_path, monkeypatch):
     (tmp_path / "audio").mkdir()
     write_audio(tmp_path / "audio" / "meeting.flac", burst(2.0, 1), RATE)
     write_audio(tmp_path / "audio" / "call.wav", burst(1.0, 2), RATE)
-    data = kaldi_dir(tmp_path / "data" / "train", f"meeting audio/meeting.flac\ncall {tmp_path / 'audio' / 'call.wav'}\n",
+    wav_scp = f"meeting audio/meeting.flac\ncall {tmp_path / 'audio' / 'call.wav'}\n"
+    data = kaldi_dir(tmp_path / "data" / "train", wav_scp,
                      "meeting-a hello there\nmeeting-b general kenobi\ncall-a yes\n",
                      "meeting-a meeting 0.00 0.50\nmeeting-b meeting 1.25 -1\ncall-a call 0.1 0.6\n")
     (summary,) = prepare_kaldi(data, tmp_path / "manifests")
@@ -140,7 +141,8 @@ def test_kaldi_without_segments_and_a_folder_of_data_dirs(tmp_path):
 
 KALDI_ERRORS = {
     "pipe": ("r1 sox /x/r1.sph -t wav - |\n", "u1 hi\n", None, "wav.scp:1: recording r1 is a pipe command"),
-    "bad_segment": ("r1 {wav}\n", "u1 hi\n", "u1 r1 0.5\n", "segments:1: expected 'UTTERANCE-ID RECORDING-ID START END'"),
+    "bad_segment": ("r1 {wav}\n", "u1 hi\n", "u1 r1 0.5\n",
+                    "segments:1: expected 'UTTERANCE-ID RECORDING-ID START END'"),
     "empty_segment": ("r1 {wav}\n", "u1 hi\n", "u1 r1 0.5 0.5\n", "segments:1: segment [0.5, 0.5) of u1 is empty"),
 }
 

@@ -191,8 +191,8 @@ def _write(collected: Collected, out: Path, skip_bad: bool) -> dict:
     if collected.problems and not skip_bad:
         shown = "; ".join(collected.problems[:SHOWN_PROBLEMS])
         raise DataError(f"{collected.name}: {left_out} of {collected.num_lines} utterances cannot be used: "
-                        f"{len(collected.problems)} missing or unreadable audio file(s) or bad line(s), first: {shown}; "
-                        "fix them or pass --skip-bad to leave them out")
+                        f"{len(collected.problems)} missing or unreadable audio file(s) or bad line(s), "
+                        f"first: {shown}; fix them or pass --skip-bad to leave them out")
     if not kept:
         raise DataError(f"{collected.name}: no usable utterance")
     out.mkdir(parents=True, exist_ok=True)

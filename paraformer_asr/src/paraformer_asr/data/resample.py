@@ -21,7 +21,7 @@ times faster, treat its samples as recorded at ``round(sample_rate * factor)`` H
 
 Contracts:
     resample(waveform [..., N], orig_sample_rate, new_sample_rate) -> [..., ceil(N * new / orig)]
-    speed_perturb(waveform [..., N], sample_rate, factor)          -> [..., ceil(N * sample_rate / round(sample_rate * factor))]
+    speed_perturb(waveform [..., N], sr, factor)                   -> [..., ceil(N * sr / round(sr * factor))]
 """
 
 from __future__ import annotations

@@ -185,7 +185,8 @@ class SentencePieceTokenizer(Tokenizer):
             raise ValueError(f"the sentencepiece model's first pieces must be {expected}, got {found}")
 
     @classmethod
-    def train(cls, texts: Sequence[str], kind: str, vocab_size: int, with_blank: bool = False) -> SentencePieceTokenizer:
+    def train(cls, texts: Sequence[str], kind: str, vocab_size: int,
+              with_blank: bool = False) -> SentencePieceTokenizer:
         """Learn ``kind`` units from ``texts`` with at most ``vocab_size`` ids (soft limit, see the module doc)."""
         import sentencepiece
 
