@@ -149,3 +149,32 @@ def test_unreadable_audio_names_file_and_line_or_is_skipped(tmp_path, caplog):
     assert len(dataset) == 2 and dataset.num_skipped == 1
     assert [dataset[i]["text"] for i in range(2)] == ["1", "3"]
     assert "skipped 1 unreadable audio file(s) of 3" in caplog.text
+
+
+def test_timed_words_are_read_checked_and_batched(tmp_path):
+    from paraformer_asr.data.batching import Collator
+
+    lines = make_corpus(tmp_path, ["12", "3"])
+    record = json.loads(lines[0])
+    record["words"] = [{"word": "12", "start_ms": 40, "end_ms": 250.5}]
+    lines[0] = json.dumps(record)
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
+    assert entries[0].words == [{"word": "12", "start_ms": 40.0, "end_ms": 250.5}] and entries[1].words is None
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    assert dataset[0]["words"] == entries[0].words and "words" not in dataset[1]
+    batch = Collator(0)([dataset[0], dataset[1]])
+    assert batch.words == [entries[0].words, None]
+
+
+@pytest.mark.parametrize("words, problem", [
+    ("12", "'words' must be a list"),
+    ([{"word": "12", "start_ms": "0", "end_ms": 1}], "words\\[0\\] must be"),
+    ([{"word": "12", "start_ms": 50, "end_ms": 10}], "start <= end"),
+    ([{"word": "1", "start_ms": 0, "end_ms": 10}], "must list the transcript's words"),
+])
+def test_bad_timed_words_name_the_line(tmp_path, words, problem):
+    lines = make_corpus(tmp_path, ["12"])
+    record = json.loads(lines[0])
+    record["words"] = words
+    with pytest.raises(DataError, match=f"m.jsonl:1: .*{problem}"):
+        read_manifest(write_manifest(tmp_path / "m.jsonl", [json.dumps(record)]))

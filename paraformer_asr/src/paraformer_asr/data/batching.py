@@ -18,7 +18,8 @@ class Batch:
     features [B, T_max, F] float32 (zeros on padding), feat_lengths [B] long, feat_mask [B, T_max],
     tokens [B, S_max] long (pad_id on padding, no bos/eos), token_lengths [B] long,
     token_mask [B, S_max], durations [B] float32 seconds, boundaries [B, S_max] long (-1 on
-    padding) or None when the data has no known boundaries, ids / texts: lists of B strings.
+    padding) or None when the data has no known boundaries, ids / texts: lists of B strings, words: list of B
+    timed reference words (``[{"word", "start_ms", "end_ms"}]``, None for an item without them).
     """
 
     features: torch.Tensor
@@ -31,6 +32,7 @@ class Batch:
     boundaries: torch.Tensor | None
     ids: list[str]
     texts: list[str]
+    words: list[list[dict] | None]
 
     def to(self, device: torch.device | str) -> "Batch":
         moved = {}
@@ -75,6 +77,7 @@ class Collator:
             boundaries=boundaries,
             ids=[item["id"] for item in items],
             texts=[item["text"] for item in items],
+            words=[item.get("words") for item in items],
         )
 
 

@@ -1,13 +1,15 @@
 """JSON Lines speech manifests and the dataset built on them.
 
-One utterance per line: ``{"audio": "path.wav", "text": "transcript", "id": "optional"}``. A relative ``audio`` path
+One utterance per line: ``{"audio": "path.wav", "text": "transcript", "id": "optional", "words": optional}``, where
+``words`` (e.g. written by ``make_speech_corpus.py --word-times``) times the transcript's words:
+``[{"word": "four", "start_ms": 120, "end_ms": 410}, ...]``, one entry per whitespace-separated word of ``text``. A relative ``audio`` path
 is resolved against the folder holding the manifest. Blank lines are ignored. A bad line (invalid JSON, missing or
 empty ``text``, missing ``audio`` field or file) raises :class:`DataError` naming the manifest and line, or with
 ``skip_bad_files`` is skipped, counted and reported in a warning on the ``paraformer_asr`` logger.
 
 Dataset item (contract):
     {"id": str, "features": float32 [T, n_mels], "tokens": int64 [S], "text": str, "duration_s": float}
-``tokens`` is ``tokenizer.encode(text)`` (no bos/eos added here).
+plus ``"words"`` (the list above) when the line has it. ``tokens`` is ``tokenizer.encode(text)`` (no bos/eos).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class ManifestEntry:
     text: str
     line_no: int
     manifest: Path | None = None
+    words: list[dict] | None = None
 
     @property
     def where(self) -> str:
@@ -108,7 +111,33 @@ def _parse_line(manifest: Path, line_no: int, line: str) -> ManifestEntry:
         utt_id = audio_path.stem
     elif not isinstance(utt_id, (str, int)):
         raise DataError(f"{where}: 'id' must be a string, got {type(utt_id).__name__}")
-    return ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no, manifest=manifest)
+    words = _parse_words(where, record.get("words"), text.strip()) if "words" in record else None
+    return ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no, manifest=manifest,
+                         words=words)
+
+
+def _parse_words(where: str, words: Any, text: str) -> list[dict]:
+    """Check a line's ``words`` field: one {"word", "start_ms", "end_ms"} per word of ``text``, times >= 0,
+    start <= end, in order."""
+    if not isinstance(words, list):
+        raise DataError(f"{where}: 'words' must be a list of {{\"word\", \"start_ms\", \"end_ms\"}} objects")
+    parsed = []
+    for index, entry in enumerate(words):
+        if not isinstance(entry, dict) or not isinstance(entry.get("word"), str) or not all(
+                isinstance(entry.get(key), (int, float)) and not isinstance(entry.get(key), bool)
+                for key in ("start_ms", "end_ms")):
+            raise DataError(f"{where}: words[{index}] must be {{\"word\": str, \"start_ms\": number, "
+                            f"\"end_ms\": number}}, got {entry!r}")
+        start, end = float(entry["start_ms"]), float(entry["end_ms"])
+        previous_end = parsed[-1]["end_ms"] if parsed else 0.0
+        if not 0.0 <= start <= end or start < previous_end:
+            raise DataError(f"{where}: words[{index}] ({entry['word']!r}) has times {start}-{end} ms: they must be "
+                            f">= 0, start <= end, and not before the previous word's end ({previous_end} ms)")
+        parsed.append({"word": entry["word"], "start_ms": start, "end_ms": end})
+    if [entry["word"] for entry in parsed] != text.split():
+        raise DataError(f"{where}: 'words' must list the transcript's words in order: {text.split()} vs "
+                        f"{[entry['word'] for entry in parsed]}")
+    return parsed
 
 
 class ManifestDataset(Dataset):
@@ -183,13 +212,16 @@ class ManifestDataset(Dataset):
             features = self.normalizer(features)
         if self.spec_augment is not None and self.spec_augment.enabled:
             features = self.spec_augment(features, self._generator(index))
-        return {
+        item = {
             "id": entry.id,
             "features": features,
             "tokens": self._tokens[index],
             "text": entry.text,
             "duration_s": self._durations[index],
         }
+        if entry.words is not None:
+            item["words"] = entry.words
+        return item
 
     def _generator(self, index: int) -> torch.Generator:
         state = np.random.SeedSequence([self.seed, index, self.epoch]).generate_state(1, dtype=np.uint64)[0]

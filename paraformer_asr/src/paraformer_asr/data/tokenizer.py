@@ -63,6 +63,13 @@ class CharTokenizer:
                 out.append(self.symbols[i])
         return "".join(out)
 
+    def pieces(self, ids: Iterable[int] | torch.Tensor) -> list[str]:
+        """Ids -> one surface piece per id: the character, '' for a special token (as ``decode`` drops them).
+        Word grouping (decode/timestamps.py) reads words from these: ' ' separates them."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        return [self.symbols[i] if i >= self.num_special else "" for i in ids]
+
     def batch_encode(self, texts: Sequence[str], add_bos: bool = False,
                      add_eos: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """texts -> (tokens [B, S_max] long padded with pad_id, lengths [B] long)."""

@@ -149,6 +149,8 @@ class ArDecoder(nn.Module):
 class TransformerAR(nn.Module):
     """Encoder (shared with the Paraformer) + autoregressive decoder (+ optional CTC head on the encoder)."""
 
+    gives_timestamps = False  # no CIF: its tokens carry no times
+
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):
         super().__init__()

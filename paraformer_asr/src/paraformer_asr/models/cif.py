@@ -216,36 +216,3 @@ def generate_alignment_targets(token_positions: list[list[int]], sequence_length
         return hits.any(dim=1).float()
     bumps = torch.exp(-((frames.view(1, 1, -1) - positions.unsqueeze(-1).float()) ** 2) / (2 * sigma ** 2))
     return (bumps * valid.unsqueeze(-1)).amax(dim=1) if width > 0 else torch.zeros(batch, sequence_length)
-
-
-def boundaries_to_encoder_frames(boundaries: torch.Tensor, subsampling_factor: int, num_frames: int) -> torch.Tensor:
-    """Input-frame indices -> encoder-frame indices. Encoder frame i is centred on input frame
-    f*i + f - 1 (f = subsampling factor), so b maps to round((b - f + 1) / f), clipped to [0, num_frames - 1]."""
-    f = subsampling_factor
-    mapped = torch.floor((boundaries.float() - (f - 1)) / f + 0.5).long()
-    return mapped.clamp(0, max(num_frames - 1, 0))
-
-
-def alignment_plot_data(cif: CifOutput, mask: torch.Tensor, true_boundaries: torch.Tensor | None = None,
-                        subsampling_factor: int = 1, limit: int = 3) -> list[dict]:
-    """Data to plot the alignment of the first ``limit`` utterances.
-
-    cif: predictor output at inference, mask [B, T'] encoder mask, true_boundaries [B, S] (input
-    frames, -1 padded) or None. Returns dicts with 'alphas' (per encoder frame), 'cumsum',
-    'fires' (encoder frames where tokens fired) and, with boundaries, 'boundaries' (encoder
-    frames, see :func:`boundaries_to_encoder_frames`).
-    """
-    plots = []
-    for row in range(min(limit, cif.alphas.shape[0])):
-        length = int(mask[row].sum())
-        alphas = cif.alphas[row, :length].detach().float().cpu()
-        entry = {
-            "alphas": alphas.tolist(),
-            "cumsum": torch.cumsum(alphas, 0).tolist(),
-            "fires": cif.fire_frames[row][cif.token_mask[row]].tolist(),
-        }
-        if true_boundaries is not None:
-            bounds = true_boundaries[row][true_boundaries[row] >= 0]
-            entry["boundaries"] = boundaries_to_encoder_frames(bounds, subsampling_factor, length).tolist()
-        plots.append(entry)
-    return plots

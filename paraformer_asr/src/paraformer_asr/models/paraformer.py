@@ -40,6 +40,8 @@ class LossOutput:
 
 
 class Paraformer(nn.Module):
+    gives_timestamps = True  # token times from the CIF: decode_with_cif + decode/timestamps.py
+
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):
         super().__init__()

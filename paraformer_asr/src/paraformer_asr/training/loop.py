@@ -22,13 +22,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraformer_asr.checks import lengths_to_mask
 from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import DataBundle, build_data, make_loader
 from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.errors import TrainingError
-from paraformer_asr.models.cif import alignment_plot_data
+from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
 from paraformer_asr.models.factory import build_model, count_parameters
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
                                                  init_distributed, shutdown)
@@ -408,16 +407,17 @@ class Trainer:
     def _plot(self) -> None:
         plot_loss_curves(self.step_log, self.history, self.run.plots / "loss_curves.png")
         count = min(self.cfg.train.plot_utterances, len(self.data.val))
-        if count == 0 or not hasattr(self.model, "predictor"):
+        if count == 0 or not self.model.gives_timestamps:
             return
         batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
         self.model.eval()
-        log_probs, cif = self.model.posteriors(batch.features, batch.feat_mask)
-        enc_lengths = self.model.encoder.output_lengths(batch.feat_lengths)
-        enc_mask = lengths_to_mask(enc_lengths, cif.alphas.shape[1])
-        hyps = log_probs.argmax(-1).masked_fill(~cif.token_mask, self.tokenizer.pad_id)
-        data = alignment_plot_data(cif, enc_mask, batch.boundaries, self.cfg.subsampling_factor, count)
-        titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(hyps[i])}'"
+        clock = frame_clock(self.cfg)
+        tokens, lengths, cif = self.model.decode_with_cif(batch.features, batch.feat_mask)
+        times = decoded_token_times(self.model, cif, batch.feat_lengths, batch.durations, clock)
+        pieces = [self.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
+        encoder_frames = self.model.encoder.output_lengths(batch.feat_lengths)
+        data = alignment_plot_data(batch, cif.integrated_alphas, encoder_frames, times, pieces, clock, count)
+        titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(tokens[i, :lengths[i]])}'"
                   for i in range(count)]
         plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
 
