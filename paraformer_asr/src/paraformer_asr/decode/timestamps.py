@@ -32,7 +32,7 @@ from paraformer_asr.models.cif import frame_token_weights
 
 WORD_BOUNDARY = "▁"
 POSITION_TOLERANCE = 1e-6  # encoder frames
-MIN_TOKEN_WEIGHT = 0.05  # share of a token a frame must carry to count as part of it (start/end trimming)
+MIN_TOKEN_WEIGHT = 0.1  # share of a token a frame must carry to count as part of it (chosen on validation data)
 
 
 @dataclass(frozen=True)
@@ -42,13 +42,13 @@ class FrameClock:
     Input frame i is centred at ``i * hop_ms + window_ms / 2`` (log-mel: 25 ms windows every 10 ms; toy: 10 ms
     blocks). Encoder frame t of an f-times subsampling stack (stride-2 3-tap convolutions) is centred on input
     frame f * t + f - 1; its stretch [t, t + 1) covers the f * hop_ms around that centre, so
-    ms(x) = f * hop_ms * x + (f / 2 - 1) * hop_ms + window_ms / 2 + offset_ms.
+    ms(x) = f * hop_ms * x + (f / 2 - 1) * hop_ms + window_ms / 2. No further offset: the errors measured on
+    trained models differ in sign between word starts and ends (docs/architecture.md, "Timestamps").
     """
 
     hop_ms: float
     window_ms: float
     subsampling_factor: int
-    offset_ms: float = 0.0
 
     @property
     def encoder_frame_ms(self) -> float:
@@ -57,7 +57,7 @@ class FrameClock:
     def ms(self, position: torch.Tensor) -> torch.Tensor:
         """Encoder-frame positions (any shape) -> milliseconds, same shape."""
         f = self.subsampling_factor
-        return position * self.encoder_frame_ms + (f / 2 - 1) * self.hop_ms + self.window_ms / 2 + self.offset_ms
+        return position * self.encoder_frame_ms + (f / 2 - 1) * self.hop_ms + self.window_ms / 2
 
 
 def frame_clock(cfg: Config) -> FrameClock:
