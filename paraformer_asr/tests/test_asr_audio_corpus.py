@@ -99,6 +99,7 @@ def test_audible_span_and_joined_word_times():
         join_words(["a"], [torch.zeros(10)], [], 0.0, 0.0, rate)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)")
 def test_word_times_corpus_has_words_where_the_audio_is_loud(tmp_path):
     import torch

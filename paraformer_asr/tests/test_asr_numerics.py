@@ -170,3 +170,14 @@ def test_overfitting_one_batch_with_each_switch(switch):
     model.eval()
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
     assert [data.tokenizer.decode(t[:n]) for t, n in zip(tokens, lengths.tolist())] == batch.texts
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_predictor_runs_in_float32_under_cuda_fp16_autocast():
+    _, _, model, batch = _model({})
+    model, batch = model.cuda(), batch.to("cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        encoder_out, _ = model.encode(batch.features, batch.feat_mask)
+        out = model.compute_loss(batch)
+    assert out.cif.alpha_sum.dtype == torch.float32 and out.cif.embeddings.dtype == encoder_out.dtype
+    assert torch.isfinite(out.total)
