@@ -3,7 +3,10 @@
     [--split val|test] [--manifest FILE.jsonl]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
-num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features).
+num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features), and, for a
+Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
+word_boundary_words. --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
+their CIF times (the autoregressive baseline gives no times).
 A run folder means its checkpoints/best.pt. Toy checkpoints are evaluated on their toy split;
 --manifest evaluates any JSON Lines manifest with an audio-trained checkpoint.
 """
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from paraformer_asr.data.setup import make_loader
     from paraformer_asr.inference import evaluation_dataset, load_trained_model
-    from paraformer_asr.training.evaluation import evaluate, resolve_device
+    from paraformer_asr.decode.timestamps import frame_clock
+    from paraformer_asr.training.evaluation import evaluate, hypothesis_words, resolve_device
     from paraformer_asr.training.loop import apply_num_threads
 
     device = resolve_device(args.device)
@@ -63,9 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         from paraformer_asr.decode.lm_fusion import build_char_lm
 
         lm = build_char_lm(training_transcripts(loaded.cfg), loaded.tokenizer, args.lm_order)
+    clock = frame_clock(loaded.cfg) if loaded.model.gives_timestamps else None
     with torch.no_grad():
         scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, args.decode,
-                                             args.beam_size, lm, args.lm_weight)
+                                             args.beam_size, lm, args.lm_weight, clock)
     result = {**scores, "decode": args.decode, "beam_size": args.beam_size if args.decode == "beam" else 1,
               "lm_order": args.lm_order, "lm_weight": args.lm_weight if lm is not None else 0.0,
               "checkpoint": str(loaded.path), "dataset": args.manifest or f"{loaded.cfg.data.kind}:{args.split}"}
@@ -77,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.save_predictions).parent.mkdir(parents=True, exist_ok=True)
         with open(args.save_predictions, "w", encoding="utf-8") as handle:
             for transcript, hyp in zip(transcripts, hyps):
-                handle.write(json.dumps({"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}) + "\n")
+                line = {"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}
+                if transcript.token_times is not None:
+                    line["words"] = hypothesis_words(loaded.tokenizer, transcript)
+                handle.write(json.dumps(line) + "\n")
     print(text)
     return 0
 

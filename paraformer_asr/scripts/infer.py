@@ -5,11 +5,15 @@
     python scripts/infer.py --checkpoint CKPT --toy-split val --toy-count 5   (toy checkpoints)
 
 --with-ids prefixes each line with the input name and a tab. A run folder means its best.pt.
+--timestamps prints one JSON line per input instead: {"audio", "text", "tokens": [{"token", "start_ms", "end_ms"}],
+"words": [{"word", "start_ms", "end_ms"}]}, times from the CIF (Paraformer checkpoints only: the autoregressive
+baseline has no CIF, and asking it for times is an error). --srt FILE writes subtitles of one input.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -30,18 +34,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--with-ids", action="store_true")
+    parser.add_argument("--timestamps", action="store_true", help="print JSON lines with token and word times")
+    parser.add_argument("--srt", help="write the subtitles of the (single) input to this .srt file")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args(argv)
     if not args.inputs and not args.toy_split:
         raise ConfigError("give input files or --toy-split")
     if args.beam_size < 1 or args.batch_size < 1 or args.toy_count < 1:
         raise ConfigError("--beam-size, --batch-size and --toy-count must be >= 1")
+    if args.srt and len(args.inputs) + (args.toy_count if args.toy_split else 0) != 1:
+        raise ConfigError("--srt writes the subtitles of one recording: give exactly one input")
 
     import torch
 
     from paraformer_asr.data.batching import Collator
     from paraformer_asr.data.toy import ToySeq2SeqDataset
     from paraformer_asr.decode.search import transcribe_batches
+    from paraformer_asr.decode.subtitles import format_srt, group_cues
+    from paraformer_asr.decode.timestamps import frame_clock, token_entries, word_times
     from paraformer_asr.inference import features_from_file, load_trained_model
     from paraformer_asr.training.evaluation import resolve_device
     from paraformer_asr.training.loop import apply_num_threads
@@ -61,10 +71,24 @@ def main(argv: list[str] | None = None) -> int:
         items += [toy[i] for i in range(min(args.toy_count, len(toy)))]
     collate = Collator(loaded.tokenizer.pad_id)
     batches = (collate(items[i:i + args.batch_size]) for i in range(0, len(items), args.batch_size))
-    transcripts, _ = transcribe_batches(loaded.model, batches, device, args.decode, args.beam_size)
+    timed = args.timestamps or bool(args.srt)
+    clock = frame_clock(loaded.cfg) if timed else None
+    transcripts, _ = transcribe_batches(loaded.model, batches, device, args.decode, args.beam_size, clock=clock)
     for transcript in transcripts:
         text = loaded.tokenizer.decode(transcript.hyp_tokens)
-        print(f"{transcript.id}\t{text}" if args.with_ids else text)
+        if not timed:
+            print(f"{transcript.id}\t{text}" if args.with_ids else text)
+            continue
+        pieces = loaded.tokenizer.pieces(transcript.hyp_tokens)
+        words = word_times(pieces, transcript.token_times)
+        if args.timestamps:
+            tokens = token_entries(pieces, transcript.token_times)
+            print(json.dumps({"audio": transcript.id, "text": text, "tokens": tokens, "words": words}))
+        else:
+            print(f"{transcript.id}\t{text}" if args.with_ids else text)
+        if args.srt:
+            Path(args.srt).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.srt).write_text(format_srt(group_cues(words)), encoding="utf-8")
     return 0
 
 

@@ -13,6 +13,10 @@ never heard in training; accents are shared. Per utterance, an accent, a rate (-
 a gain, leading silence and white noise (SNR 20-35 dB) are drawn from a generator seeded by (seed, split, index), so
 the corpus is identical for a given seed whatever --jobs is.
 
+With --word-times (and --transcript spoken) every word is synthesised on its own, trimmed to its audible part and
+joined to the next with a pause (data/word_timing.py); each manifest line then has
+"words": [{"word", "start_ms", "end_ms"}], the ground truth of eval.py's word_boundary_mae_ms.
+
 Usage (from paraformer_asr/):
     python scripts/make_speech_corpus.py --out /path/to/speech --num-train 3000 --num-val 300 --num-test 300
 Writes OUT/wavs/<split>/<split>_NNNNNN.wav, OUT/train.jsonl, OUT/val.jsonl, OUT/test.jsonl, OUT/corpus.json.
@@ -39,6 +43,7 @@ from tqdm import tqdm
 
 from paraformer_asr.data.resample import resample
 from paraformer_asr.data.audio import read_audio, write_audio
+from paraformer_asr.data.word_timing import draw_pauses, join_words
 from paraformer_asr.errors import DataError, UserError
 
 DIGIT_WORDS = {
@@ -98,6 +103,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--transcript", choices=("tokens", "spoken"), default="tokens",
                         help="tokens: the vocabulary's tokens joined with --join ('407'); "
                              "spoken: the spoken words ('four zero seven')")
+    parser.add_argument("--word-times", action="store_true",
+                        help="synthesise word by word, joined with pauses, and write each word's times into the "
+                             "manifest (needs --transcript spoken)")
     parser.add_argument("--val-voice-fraction", type=float, default=0.12,
                         help="share of speaker variants held out for val")
     parser.add_argument("--test-voice-fraction", type=float, default=0.15,
@@ -111,6 +119,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UserError("nothing to generate: all of --num-train, --num-val, --num-test are 0")
     if not 1 <= args.min_digits <= args.max_digits:
         raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
+    if args.word_times and args.transcript != "spoken":
+        raise UserError("--word-times times the spoken words, so the transcript must be them: add --transcript spoken")
     if args.jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     if args.sample_rate < 8000:
@@ -200,31 +210,49 @@ def plan_utterances(args: argparse.Namespace, vocabulary: dict[str, str], varian
     return plans
 
 
-def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path) -> float:
-    """Run espeak-ng for one utterance, post-process, write the WAV. Returns its duration in seconds."""
+def speak(plan: UtterancePlan, text: str, sample_rate: int, scratch: Path) -> torch.Tensor:
+    """espeak-ng reads ``text`` with the plan's voice, rate, pitch and word gap -> mono waveform [N] at sample_rate."""
     raw_path = scratch / f"{plan.split}_{plan.index:06d}.wav"
     command = ["espeak-ng", "-v", plan.voice, "-s", str(plan.rate), "-p", str(plan.pitch), "-g", str(plan.word_gap),
-               "-w", str(raw_path), plan.spoken]
+               "-w", str(raw_path), text]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise UserError(f"espeak-ng failed ({' '.join(command)}): {result.stderr.strip()}")
     samples, rate = read_audio(raw_path)  # [C, N]
     raw_path.unlink()
-    speech = resample(samples.mean(dim=0).double(), rate, sample_rate)  # [N]
-    speech = torch.cat([torch.zeros(round(plan.leading_silence_s * sample_rate), dtype=torch.float64), speech])
+    return resample(samples.mean(dim=0).double(), rate, sample_rate)  # [N]
+
+
+def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path,
+               word_times: bool = False) -> tuple[float, list[dict] | None]:
+    """Synthesise one utterance, post-process, write the WAV. Returns its duration in seconds and, with
+    ``word_times``, its timed words."""
+    if word_times:
+        words = plan.spoken.split()
+        pauses, trailing = draw_pauses(len(words) - 1, plan.noise_seed)
+        clips = [speak(plan, word, sample_rate, scratch) for word in words]
+        try:
+            speech, timed = join_words(words, clips, pauses, plan.leading_silence_s, trailing, sample_rate)
+        except ValueError as err:
+            raise UserError(f"{plan.relative_path}: {err}") from None
+    else:
+        speech, timed = speak(plan, plan.spoken, sample_rate, scratch), None
+        speech = torch.cat([torch.zeros(round(plan.leading_silence_s * sample_rate), dtype=torch.float64), speech])
     speech = speech * (plan.peak / speech.abs().max().clamp(min=1e-9))
     noise = torch.randn(speech.numel(), generator=torch.Generator().manual_seed(plan.noise_seed), dtype=torch.float64)
     noise_rms = speech.square().mean().sqrt() / (10.0 ** (plan.snr_db / 20.0))
     noisy = (speech + noise * noise_rms).clamp(-1.0, 1.0)
     target = out / plan.relative_path
     write_audio(target, noisy, sample_rate)
-    return noisy.numel() / sample_rate
+    return noisy.numel() / sample_rate, timed
 
 
-def write_manifest(path: Path, plans: list[UtterancePlan]) -> None:
+def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict] | None]) -> None:
     with path.open("w", encoding="utf-8") as handle:
-        for plan in plans:
+        for plan, timed in zip(plans, words):
             record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}"}
+            if timed is not None:
+                record["words"] = timed
             handle.write(json.dumps(record) + "\n")
 
 
@@ -243,17 +271,20 @@ def generate(args: argparse.Namespace) -> dict:
     show_progress = sys.stdout.isatty() and not os.environ.get("CI")
     with tempfile.TemporaryDirectory(prefix="espeak_", dir=args.out) as scratch, \
             ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        jobs = pool.map(lambda plan: synthesise(plan, args.out, args.sample_rate, Path(scratch)), plans)
-        durations = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
+        jobs = pool.map(lambda plan: synthesise(plan, args.out, args.sample_rate, Path(scratch), args.word_times),
+                        plans)
+        results = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
+    durations = [duration for duration, _ in results]
     elapsed = time.perf_counter() - started
     summary = {"seed": args.seed, "sample_rate": args.sample_rate, "vocabulary": vocabulary, "join": args.join,
-               "transcript": args.transcript,
+               "transcript": args.transcript, "word_times": args.word_times,
                "min_tokens": args.min_digits, "max_tokens": args.max_digits, "accents": ACCENTS,
                "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
     for split in SPLITS:
         chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
         split_plans = [plan for plan, _ in chosen]
-        write_manifest(args.out / f"{split}.jsonl", split_plans)
+        write_manifest(args.out / f"{split}.jsonl", split_plans,
+                       [timed for plan, (_, timed) in zip(plans, results) if plan.split == split])
         seconds = sum(duration for _, duration in chosen)
         summary["splits"][split] = {
             "utterances": len(chosen),

@@ -42,3 +42,43 @@ def loop_cif(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: torch.Tenso
         all_embeddings.append(embeddings)
         all_fires.append(fires)
     return all_embeddings, all_fires
+
+
+def loop_token_spans(alphas: torch.Tensor, num_tokens: torch.Tensor, min_weight: float) -> tuple[list, list]:
+    """Token start/end positions (encoder frames, continuous) walking frame by frame (see decode/timestamps.py).
+
+    alphas [B, T], num_tokens [B] -> per utterance: list of starts, list of ends.
+    """
+    all_starts, all_ends = [], []
+    for b in range(alphas.shape[0]):
+        count = int(num_tokens[b])
+        begins, fires = [None] * count, [None] * count
+        first, last = [None] * count, [None] * count
+        running, last_positive = 0.0, -1
+        for t in range(alphas.shape[1]):
+            alpha = float(alphas[b, t])
+            before, running = running, running + alpha
+            if alpha > 0:
+                last_positive = t
+            for k in range(count):
+                if begins[k] is None and running > k:
+                    begins[k] = t + (k - before) / alpha
+                if fires[k] is None and running >= k + 1:
+                    fires[k] = t + (k + 1 - before) / alpha
+                weight = min(running, k + 1) - max(before, k)  # this frame's share of token k
+                if weight > 0 and weight >= min_weight:
+                    first[k] = t if first[k] is None else first[k]
+                    last[k] = t
+        starts, ends = [], []
+        for k in range(count):
+            fire = fires[k] if fires[k] is not None else last_positive + 1
+            begin = begins[k] if begins[k] is not None else float(alphas.shape[1])
+            if last[k] is None:
+                starts.append(begin)
+                ends.append(fire)
+            else:
+                starts.append(max(begin, first[k]))
+                ends.append(min(fire, last[k] + 1))
+        all_starts.append(starts)
+        all_ends.append(ends)
+    return all_starts, all_ends

@@ -75,3 +75,54 @@ def test_transcript_is_the_digit_string_or_the_spoken_words(tmp_path, transcript
         assert 6 <= len(words) <= 12 and set(words) <= set(script.DIGIT_WORDS.values())
         digits = "".join({word: digit for digit, word in script.DIGIT_WORDS.items()}[w] for w in words)
         assert plan.text == (plan.spoken if transcript == "spoken" else digits)
+
+
+def test_audible_span_and_joined_word_times():
+    import torch
+
+    from paraformer_asr.data.word_timing import audible_span, draw_pauses, join_words
+
+    rate = 16000
+    tone = 0.5 * torch.sin(torch.arange(1600) * 0.3)  # 100 ms
+    clip = torch.cat([torch.zeros(800), tone, torch.zeros(1600)])  # 50 ms silence, 100 ms tone, 100 ms silence
+    first, last = audible_span(clip, rate)
+    assert abs(first - 800) <= 40 and abs(last - 2400) <= 40  # within the 5 ms energy window
+    assert audible_span(torch.zeros(100), rate) == (0, 0)
+    waveform, words = join_words(["a", "b"], [clip, clip], [0.2], 0.1, 0.05, rate)
+    assert [w["word"] for w in words] == ["a", "b"]
+    length = (last - first) / rate * 1000
+    assert words[0]["start_ms"] == 100.0 and words[0]["end_ms"] == pytest.approx(100.0 + length, abs=0.1)
+    assert words[1]["start_ms"] == pytest.approx(words[0]["end_ms"] + 200.0, abs=0.1)
+    assert waveform.numel() == round((100 + 2 * length + 200 + 50) * rate / 1000)
+    assert draw_pauses(3, 7) == draw_pauses(3, 7) and len(draw_pauses(3, 7)[0]) == 3
+    with pytest.raises(ValueError, match="silent"):
+        join_words(["a"], [torch.zeros(10)], [], 0.0, 0.0, rate)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)")
+def test_word_times_corpus_has_words_where_the_audio_is_loud(tmp_path):
+    import torch
+
+    out = tmp_path / "timed"
+    result = run_script("--out", str(out), "--num-train", "2", "--num-val", "0", "--num-test", "0", "--seed", "5",
+                        "--min-digits", "2", "--max-digits", "3", "--transcript", "spoken", "--word-times")
+    assert result.returncode == 0, result.stderr
+    entries = read_manifest(out / "train.jsonl")
+    assert json.loads((out / "corpus.json").read_text())["word_times"] is True
+    for entry in entries:
+        assert [w["word"] for w in entry.words] == entry.text.split()
+        samples, rate = read_audio(entry.audio_path)
+        samples = samples[0].double()
+        times = [t for w in entry.words for t in (w["start_ms"], w["end_ms"])]
+        assert times == sorted(times) and 0 <= times[0] and times[-1] <= 1000 * samples.numel() / rate
+
+        def level_db(start_ms, end_ms):
+            part = samples[int(start_ms * rate / 1000):int(end_ms * rate / 1000)]
+            return float(10 * torch.log10(part.square().mean()))
+
+        for word, following in zip(entry.words, entry.words[1:]):
+            pause = level_db(word["end_ms"] + 5, following["start_ms"] - 5)  # noise only
+            assert level_db(word["start_ms"], word["end_ms"]) > pause + 15
+    refused = run_script("--out", str(tmp_path / "x"), "--word-times")
+    assert refused.returncode == 2 and "--transcript spoken" in refused.stderr

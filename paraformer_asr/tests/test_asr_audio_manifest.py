@@ -65,11 +65,11 @@ BAD_LINES = {
     "end_before_start": ('{"audio": "wavs/u0.wav", "text": "1", "start_s": 2, "end_s": 1}', "must be greater"),
     "words_not_list": ('{"audio": "wavs/u0.wav", "text": "1", "words": "one"}', "'words' must be a list"),
     "word_without_end": ('{"audio": "wavs/u0.wav", "text": "1", "words": [{"word": "one", "start_ms": 0}]}',
-                         "'words' entry 0 must be"),
+                         "words[0] must be"),
     "word_reversed": ('{"audio": "wavs/u0.wav", "text": "1 2", "words": [{"word": "one", "start_ms": 0, "end_ms": 9},'
-                      ' {"word": "two", "start_ms": 50, "end_ms": 20}]}', "'words' entry 1 must be"),
+                      ' {"word": "two", "start_ms": 50, "end_ms": 20}]}', "words[1] ('two') has times"),
     "word_empty": ('{"audio": "wavs/u0.wav", "text": "1", "words": [{"word": " ", "start_ms": 0, "end_ms": 9}]}',
-                   "'words' entry 0 must be"),
+                   "words[0] must be"),
 }
 
 
@@ -196,19 +196,6 @@ def test_a_segment_past_the_end_of_its_file_names_the_line(tmp_path, caplog):
         assert len(ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), skip_bad_files=True)) == 1
 
 
-def test_word_times_reach_items_and_batches(tmp_path):
-    lines = make_corpus(tmp_path, ["12", "3"])
-    words = [{"word": "one", "start_ms": 10, "end_ms": 180.5}, {"word": "two", "start_ms": 200, "end_ms": 390}]
-    lines[0] = json.dumps({**json.loads(lines[0]), "words": words})
-    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
-    assert entries[0].words == words and entries[1].words is None
-    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
-    assert dataset[0]["words"] == words and "words" not in dataset[1]
-    batch = Collator(0)([dataset[0], dataset[1]])
-    assert batch.words == [words, None]
-    assert Collator(0)([dataset[1]]).words is None
-
-
 def test_speed_perturbation_draws_are_a_pure_function_of_seed_index_and_epoch(tmp_path):
     entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1", "22", "333", "4444"])))
     words = [{"word": "one", "start_ms": 100.0, "end_ms": 200.0}]
@@ -273,3 +260,30 @@ def test_dataloader_workers_give_the_same_items(tmp_path):
         batches.append([(b.ids, b.features) for b in loader])
     assert [ids for ids, _ in batches[0]] == [ids for ids, _ in batches[1]]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(batches[0], batches[1]))
+
+
+def test_timed_words_are_read_checked_and_batched(tmp_path):
+    lines = make_corpus(tmp_path, ["12", "3"])
+    record = json.loads(lines[0])
+    record["words"] = [{"word": "12", "start_ms": 40, "end_ms": 250.5}]
+    lines[0] = json.dumps(record)
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", lines))
+    assert entries[0].words == [{"word": "12", "start_ms": 40.0, "end_ms": 250.5}] and entries[1].words is None
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    assert dataset[0]["words"] == entries[0].words and "words" not in dataset[1]
+    batch = Collator(0)([dataset[0], dataset[1]])
+    assert batch.words == [entries[0].words, None]
+
+
+@pytest.mark.parametrize("words, problem", [
+    ("12", "'words' must be a list"),
+    ([{"word": "12", "start_ms": "0", "end_ms": 1}], "words\\[0\\] must be"),
+    ([{"word": "12", "start_ms": 50, "end_ms": 10}], "start <= end"),
+    ([{"word": "1", "start_ms": 0, "end_ms": 10}], "must list the transcript's words"),
+])
+def test_bad_timed_words_name_the_line(tmp_path, words, problem):
+    lines = make_corpus(tmp_path, ["12"])
+    record = json.loads(lines[0])
+    record["words"] = words
+    with pytest.raises(DataError, match=f"m.jsonl:1: .*{problem}"):
+        read_manifest(write_manifest(tmp_path / "m.jsonl", [json.dumps(record)]))

@@ -1,13 +1,13 @@
 """CIF: the vectorised integrator equals the plain loop, fires exactly N tokens when scaled, and the
-predictor's helper interface (positions, alignment targets, plot data)."""
+predictor's helper interface (positions, alignment targets)."""
 
 import pytest
 import torch
 
 from asr_reference import loop_cif
 from paraformer_asr.checks import lengths_to_mask
-from paraformer_asr.models.cif import (CifPredictor, alignment_plot_data, cif_integrate, extract_token_positions,
-                                       generate_alignment_targets, inference_token_count)
+from paraformer_asr.models.cif import (CifPredictor, cif_integrate, extract_token_positions, generate_alignment_targets,
+                                       inference_token_count)
 
 
 def _random_case(seed: int, batch=5, frames=60, dim=8, scale=0.9):
@@ -72,7 +72,7 @@ def test_predictor_scales_to_target_length_and_gradients_flow():
     assert hidden.grad is not None and all(p.grad is not None for p in pred.parameters())
 
 
-def test_extract_token_positions_alignment_targets_and_plot_data():
+def test_extract_token_positions_and_alignment_targets():
     alphas = torch.tensor([[0.5, 0.5, 0.5, 0.5, 0.3, 0.0], [0.9, 0.2, 0.0, 0.0, 0.0, 0.0]])
     mask = alphas > 0
     positions = extract_token_positions(alphas.unsqueeze(-1), mask)
@@ -84,8 +84,3 @@ def test_extract_token_positions_alignment_targets_and_plot_data():
     assert 0.0 < float(gaussian[0, 2]) < 1.0
     with pytest.raises(ValueError):
         generate_alignment_targets([[9]], 5)
-    pred = CifPredictor(4, dropout=0.0)
-    cif = pred(torch.randn(2, 6, 4), mask)
-    data = alignment_plot_data(cif, mask, torch.tensor([[3, 9, 15], [5, -1, -1]]), subsampling_factor=2)
-    assert len(data) == 2 and len(data[0]["alphas"]) == 5 and len(data[1]["alphas"]) == 2
-    assert data[0]["boundaries"] == [1, 4, 4] and data[1]["boundaries"] == [1]

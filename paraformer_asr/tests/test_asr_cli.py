@@ -49,7 +49,8 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert SCORE_KEYS <= set(scores) and scores["num_utterances"] == 16 and scores["rtf"] > 0
     predictions = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
-    assert len(predictions) == 16 and set(predictions[0]) == {"id", "ref", "hyp"}
+    assert len(predictions) == 16 and set(predictions[0]) == {"id", "ref", "hyp", "words"}
+    assert [w["word"] for w in predictions[0]["words"]] == predictions[0]["hyp"].split()
     beam = json.loads(run_script("eval.py", "--checkpoint", run_dir / "checkpoints" / "last.pt", "--decode", "beam",
                                  "--beam-size", "3", "--lm-order", "2", "--lm-weight", "0.2", cwd=tmp_path).stdout)
     assert SCORE_KEYS <= set(beam) and beam["decode"] == "beam" and beam["lm_order"] == 2
@@ -66,6 +67,20 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     lines = infer.stdout.splitlines()
     assert len(lines) == 4 and lines[0] == lines[1]  # the .npy file is val item 0
     assert lines[1] == next(p["hyp"] for p in predictions if p["id"] == item["id"])
+
+    timed = run_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--toy-split", "val", "--toy-count", "2",
+                       "--timestamps", cwd=tmp_path)
+    records = [json.loads(line) for line in timed.stdout.splitlines()]
+    assert [r["audio"] for r in records] == ["utt.npy", "toy-val-000000", "toy-val-000001"]
+    assert records[0]["text"] == lines[0] and set(records[0]) == {"audio", "text", "tokens", "words"}
+    assert "".join(t["token"] for t in records[0]["tokens"]) == records[0]["text"]
+    assert records[0]["words"] == next(p["words"] for p in predictions if p["id"] == item["id"])
+    run_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--srt", "utt.srt", cwd=tmp_path)
+    srt = (tmp_path / "utt.srt").read_text()
+    assert (srt.startswith("1\n00:00:0") and " --> " in srt) or not lines[0]
+    result = run_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--srt", "x.srt", cwd=tmp_path,
+                        check=False)
+    assert result.returncode == 2 and "exactly one input" in result.stderr
 
 
 def test_scripts_report_user_errors_with_exit_2_and_no_traceback(tmp_path):

@@ -14,3 +14,26 @@ def test_scores_are_corpus_level():
     assert s.cer == 2 / 6  # (1 + 1) / (4 + 2), not the mean of per-utterance rates
     assert s.wer == 1.0 and s.sequence_accuracy == 0.0
     assert s.token_accuracy == 4 / 6 and s.length_accuracy == 0.5 and s.num_utterances == 2
+
+
+def test_matched_pairs_follow_a_minimum_edit_alignment():
+    from paraformer_asr.metrics import matched_pairs
+
+    assert matched_pairs("abcd", "abcd") == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert matched_pairs("abcd", "axcd") == [(0, 0), (2, 2), (3, 3)]  # b -> x substituted
+    assert matched_pairs("abcd", "acd") == [(0, 0), (2, 1), (3, 2)]  # b deleted
+    assert matched_pairs("acd", "abcd") == [(0, 0), (1, 2), (2, 3)]  # b inserted
+    assert matched_pairs([], ["a"]) == [] and matched_pairs(["a"], []) == []
+
+
+def test_word_boundary_errors_count_starts_and_ends_of_correct_words_only():
+    from paraformer_asr.metrics import word_boundary_errors
+
+    def timed(*entries):
+        return [{"word": w, "start_ms": s, "end_ms": e} for w, s, e in entries]
+
+    ref = timed(("four", 100, 400), ("zero", 600, 900), ("seven", 1100, 1500))
+    hyp = timed(("four", 120, 380), ("two", 600, 900), ("seven", 1050, 1500))
+    assert word_boundary_errors(ref, hyp) == [20, 20, 50, 0]  # 'zero' was misrecognised: not counted
+    hyp = timed(("four", 100, 400), ("seven", 1110, 1490))  # 'zero' dropped
+    assert word_boundary_errors(ref, hyp) == [0, 0, 10, 10]

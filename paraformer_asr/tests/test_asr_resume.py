@@ -15,7 +15,7 @@ from asr_helpers import PROJECT, tiny_raw_config
 def _config(tmp_path):
     raw = tiny_raw_config()
     raw["data"]["toy"].update({"num_train": 480})
-    raw["train"].update({"epochs": 3, "checkpoint_every": 1, "log_every": 1, "plot_utterances": 0})
+    raw["train"].update({"epochs": 3, "checkpoint_every": 1, "log_every": 1, "plot_utterances": 0, "keep_best": 2})
     path = tmp_path / "resume.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -40,6 +40,7 @@ def _wait_for_log(run_root, needle, process, limit_s=180):
 
 def _final_state(run_dir):
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    state["kept_files"] = sorted(path.name for path in (run_dir / "checkpoints").glob("best_epoch*.pt"))
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for row in metrics:
         row.pop("epoch_seconds")
@@ -68,6 +69,10 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path):
     assert out.strip().splitlines()[-1] == str(run_dir)
     state, metrics = _final_state(run_dir)
     assert metrics == ref_metrics
+    assert state["best_checkpoints"] == ref_state["best_checkpoints"] and len(state["best_checkpoints"]) == 2
+    assert state["kept_files"] == ref_state["kept_files"] == [f"best_epoch{entry['epoch']}.pt"
+                                                               for entry in sorted(state["best_checkpoints"],
+                                                                                   key=lambda e: e["epoch"])]
     assert state["progress"]["global_step"] == ref_state["progress"]["global_step"] == 90
     for name, tensor in ref_state["model"].items():
         assert torch.equal(tensor, state["model"][name]), name

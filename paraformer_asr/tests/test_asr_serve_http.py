@@ -177,11 +177,14 @@ def test_transcribe_returns_text_duration_and_rtf(server, corpus, loaded):
     path = corpus / "utt5.wav"
     status, answer = upload(server, path.read_bytes())
     assert status == 200, answer
-    assert set(answer) == {"text", "duration_s", "rtf"}
+    assert set(answer) == {"text", "duration_s", "rtf", "words"}
     assert answer["duration_s"] == pytest.approx(len(TEXTS[5]) * (DIGIT_SECONDS + GAP_SECONDS), abs=1e-6)
     assert answer["rtf"] > 0
-    features, _ = features_from_file(path, loaded)
-    assert answer["text"] == GreedyTranscriber(loaded, torch.device("cpu"))([features])[0]
+    features, duration_s = features_from_file(path, loaded)
+    assert answer["text"] == GreedyTranscriber(loaded, torch.device("cpu"))([(features, duration_s)])[0].text
+    assert [word["word"] for word in answer["words"]] == answer["text"].split()
+    times = [t for word in answer["words"] for t in (word["start_ms"], word["end_ms"])]
+    assert times == sorted(times) and all(0 <= t <= 1000 * answer["duration_s"] for t in times)
 
 
 def test_flac_and_ogg_uploads_are_transcribed_like_the_wav(server, corpus, tmp_path):
@@ -211,10 +214,10 @@ def test_the_duration_limit_is_checked_before_decoding(loaded, monkeypatch):
 
 def test_batched_decoding_matches_one_utterance_at_a_time(corpus, loaded):
     transcriber = GreedyTranscriber(loaded, torch.device("cpu"))
-    features = [features_from_file(corpus / f"utt{i}.wav", loaded)[0] for i in range(len(TEXTS))]
-    single = [transcriber([f])[0] for f in features]
-    assert len(set(single)) >= 3, f"the test model should tell the utterances apart, got {single}"
-    assert transcriber(features) == single
+    features = [features_from_file(corpus / f"utt{i}.wav", loaded) for i in range(len(TEXTS))]
+    single = [transcriber([f])[0] for f in features]  # features: (features [T, F], duration_s) pairs
+    assert len({r.text for r in single}) >= 3, f"the test model should tell the utterances apart, got {single}"
+    assert transcriber(features) == single  # texts and word times
     assert transcriber(features[::-1]) == single[::-1]
 
 

@@ -1,5 +1,5 @@
 """Tokenizers: characters and sentencepiece subwords behind one interface; round trips, special ids, deterministic
-training, a soft vocabulary limit, unknown characters, plain-data storage, and the word rule of pieces()."""
+training, a soft vocabulary limit, unknown characters, plain-data storage, and the word rule of pieces() (decode/timestamps.py group_words)."""
 
 import io
 import json
@@ -11,6 +11,7 @@ import torch
 from paraformer_asr.data.setup import check_vocabulary
 from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePieceTokenizer, build_tokenizer,
                                            tokenizer_from_dict)
+from paraformer_asr.decode.timestamps import group_words
 from paraformer_asr.errors import CheckpointError, DataError
 
 CORPUS = [
@@ -23,21 +24,6 @@ SUBWORD_KINDS = ["bpe", "unigram"]
 
 def subword(kind, vocab_size=60, with_blank=False, texts=CORPUS):
     return build_tokenizer(kind, texts, vocab_size, with_blank=with_blank)
-
-
-def words_from_pieces(pieces):
-    """The word rule the timestamp code applies to pieces(): only-whitespace or only-'▁' pieces separate words,
-    a piece starting with '▁' starts a word, a word is its pieces joined without '▁'."""
-    words, current = [], None
-    for piece in pieces:
-        if not piece.strip() or piece == WORD_START:
-            current = None
-            continue
-        if piece.startswith(WORD_START) or current is None:
-            current = []
-            words.append(current)
-        current.append(piece.replace(WORD_START, ""))
-    return ["".join(word) for word in words]
 
 
 def test_char_round_trip_and_specials():
@@ -74,7 +60,7 @@ def test_subword_round_trip_specials_and_fewer_tokens_than_characters(kind, with
     tok = subword(kind, with_blank=with_blank)
     assert tok.kind == kind and (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, 3)
     assert tok.blank_id == (4 if with_blank else None) and tok.num_special == (5 if with_blank else 4)
-    assert tok.pieces(range(tok.num_special)) == ["<pad>", "<bos>", "<eos>", "<unk>", "<blank>"][:tok.num_special]
+    assert tok.pieces(range(tok.num_special)) == [""] * tok.num_special  # no surface form, as decode drops them
     for text in CORPUS + ["the music, please!", "what's on today?"]:
         ids = tok.encode(text)
         assert all(tok.num_special <= i < tok.vocab_size for i in ids)
@@ -149,7 +135,7 @@ def test_pieces_give_the_words_of_the_text(kind):
         ids = tok.encode(text)
         pieces = tok.pieces(ids)
         assert len(pieces) == len(ids) and all(isinstance(p, str) and p for p in pieces)
-        assert words_from_pieces(pieces) == text.split()
+        assert [word for word, _, _ in group_words(pieces)] == text.split()
         assert tok.pieces(torch.tensor(ids)) == pieces
     with pytest.raises(ValueError, match="outside the vocabulary"):
         tok.pieces([tok.vocab_size])

@@ -22,6 +22,7 @@ from paraformer_asr.errors import ConfigError
 
 SUBSAMPLING_FACTORS = {"none": 1, "2x": 2, "4x": 4}
 MODEL_TYPES = ("paraformer", "transformer_ar")
+CTC_COMBINATIONS = ("add", "interpolate")
 
 
 def _choices(*values: str) -> dict:
@@ -99,6 +100,11 @@ class ModelConfig:
     label_smoothing: float = 0.1
     quantity_weight: float = 1.0
     ctc_weight: float = 0.0
+    # add: ce + ctc_weight * ctc; interpolate: (1 - ctc_weight) * ce + ctc_weight * ctc (FunASR's); both model types
+    ctc_combination: str = field(default="add", metadata=_choices(*CTC_COMBINATIONS))
+    # false: CE mean per token, quantity loss mean per utterance; true: both divided by the target tokens (FunASR's)
+    length_normalized_loss: bool = False
+    predictor_bias: int = 0  # 1: the CIF also fires for an <eos> after the last token (FunASR's predictor_bias)
     activation_checkpointing: bool = False
 
 
@@ -121,6 +127,7 @@ class TrainConfig:
     compile: bool = False
     compile_backend: str = field(default="inductor", metadata=_choices("inductor", "aot_eager", "eager"))
     plot_utterances: int = 3
+    keep_best: int = 1  # N > 1: also keep checkpoints/best_epoch{E}.pt of the N best epochs by validation CER
 
 
 @dataclass
@@ -214,7 +221,8 @@ def validate(cfg: Config) -> Config:
     _require(cfg.run.num_threads >= 0, "run.num_threads", ">= 0", cfg.run.num_threads)
     _require(bool(cfg.run.name) and "/" not in cfg.run.name, "run.name", "a non-empty name without '/'",
              cfg.run.name)
-    for key in ("epochs", "batch_size", "eval_batch_size", "accumulate_steps", "log_every", "max_bad_batches"):
+    for key in ("epochs", "batch_size", "eval_batch_size", "accumulate_steps", "log_every", "max_bad_batches",
+                "keep_best"):
         _require(getattr(t, key) >= 1, f"train.{key}", ">= 1", getattr(t, key))
     for key in ("warmup_steps", "num_workers", "checkpoint_every", "plot_utterances"):
         _require(getattr(t, key) >= 0, f"train.{key}", ">= 0", getattr(t, key))
@@ -237,6 +245,10 @@ def validate(cfg: Config) -> Config:
     _require(0 <= m.label_smoothing < 1, "model.label_smoothing", "in [0, 1)", m.label_smoothing)
     _require(m.quantity_weight >= 0, "model.quantity_weight", ">= 0", m.quantity_weight)
     _require(m.ctc_weight >= 0, "model.ctc_weight", ">= 0", m.ctc_weight)
+    if m.ctc_combination == "interpolate":
+        _require(m.ctc_weight < 1, "model.ctc_weight", "< 1 with model.ctc_combination 'interpolate' (the decoder "
+                 "loss would get no weight)", m.ctc_weight)
+    _require(m.predictor_bias in (0, 1), "model.predictor_bias", "0 or 1", m.predictor_bias)
 
     _require(d.vocab_size >= 1, "data.vocab_size", ">= 1", d.vocab_size)
     for factor in d.speed_perturb or []:

@@ -19,9 +19,8 @@ class Batch:
     features [B, T_max, F] float32 (zeros on padding), feat_lengths [B] long, feat_mask [B, T_max],
     tokens [B, S_max] long (pad_id on padding, no bos/eos), token_lengths [B] long,
     token_mask [B, S_max], durations [B] float32 seconds, boundaries [B, S_max] long (-1 on
-    padding) or None when the data has no known boundaries, ids / texts: lists of B strings,
-    words: per item its reference word times (a list of {"word", "start_ms", "end_ms"}, or None for an
-    item without them), or None when no item of the batch has any.
+    padding) or None when the data has no known boundaries, ids / texts: lists of B strings, words: list of B
+    timed reference words (``[{"word", "start_ms", "end_ms"}]``, None for an item without them).
     """
 
     features: torch.Tensor
@@ -34,7 +33,7 @@ class Batch:
     boundaries: torch.Tensor | None
     ids: list[str]
     texts: list[str]
-    words: list[list[dict] | None] | None = None
+    words: list[list[dict] | None]
 
     def to(self, device: torch.device | str) -> "Batch":
         moved = {}
@@ -68,7 +67,6 @@ class Collator:
             tokens = tokens.new_full((len(items), 0), self.pad_id)
         has_boundaries = all("boundaries" in item for item in items)
         boundaries = _pad_stack([item["boundaries"].long() for item in items], -1) if has_boundaries else None
-        has_words = any("words" in item for item in items)
         return Batch(
             features=features,
             feat_lengths=feat_lengths,
@@ -80,7 +78,7 @@ class Collator:
             boundaries=boundaries,
             ids=[item["id"] for item in items],
             texts=[item["text"] for item in items],
-            words=[item.get("words") for item in items] if has_words else None,
+            words=[item.get("words") for item in items],
         )
 
 

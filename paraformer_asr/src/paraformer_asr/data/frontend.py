@@ -12,7 +12,6 @@ between ``f_min`` and ``f_max``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 
 import torch

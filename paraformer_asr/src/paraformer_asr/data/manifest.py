@@ -4,7 +4,8 @@ One utterance per line::
 
     {"audio": "path.flac", "text": "transcript", "id": "optional",
      "start_s": 1.5, "end_s": 4.25,                                          (optional: a segment of the file)
-     "words": [{"word": "hello", "start_ms": 120, "end_ms": 480}, ...]}      (optional: reference word times)
+     "words": [{"word": "hello", "start_ms": 120, "end_ms": 480}, ...]}      (optional: reference word times,
+                                                                              one per word of text, in order)
 
 A relative ``audio`` path is resolved against the folder holding the manifest; the file may be in any format
 data/audio.py reads (WAV, FLAC, OGG, ...). ``start_s`` / ``end_s`` (seconds, ``end_s`` > ``start_s`` >= 0; either may
@@ -126,7 +127,8 @@ def _parse_line(manifest: Path, line_no: int, line: str) -> ManifestEntry:
         raise DataError(f"{where}: 'id' must be a string, got {type(utt_id).__name__}")
     start_s, end_s = _parse_segment(record, where)
     return ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no,
-                         manifest=manifest, start_s=start_s, end_s=end_s, words=_parse_words(record, where))
+                         manifest=manifest, start_s=start_s, end_s=end_s,
+                         words=_parse_words(record, where, text.strip()))
 
 
 def _number(value: Any) -> bool:
@@ -143,20 +145,30 @@ def _parse_segment(record: dict, where: str) -> tuple[float | None, float | None
     return (None if start_s is None else float(start_s)), (None if end_s is None else float(end_s))
 
 
-def _parse_words(record: dict, where: str) -> list[dict] | None:
+def _parse_words(record: dict, where: str, text: str) -> list[dict] | None:
+    """Check a line's ``words`` field: one {"word", "start_ms", "end_ms"} per word of ``text``, times >= 0,
+    start <= end, in order; None when the line has no ``words``."""
     words = record.get("words")
     if words is None:
         return None
     if not isinstance(words, list):
         raise DataError(f"{where}: 'words' must be a list of {{\"word\", \"start_ms\", \"end_ms\"}} objects")
     parsed = []
-    for position, word in enumerate(words):
-        if (not isinstance(word, dict) or not isinstance(word.get("word"), str) or not word["word"].strip()
-                or not _number(word.get("start_ms")) or not _number(word.get("end_ms"))
-                or not 0 <= word["start_ms"] <= word["end_ms"]):
-            raise DataError(f"{where}: 'words' entry {position} must be {{\"word\": non-empty string, \"start_ms\": "
-                            f"number >= 0, \"end_ms\": number >= start_ms}}, got {json.dumps(word)}")
-        parsed.append({"word": word["word"], "start_ms": float(word["start_ms"]), "end_ms": float(word["end_ms"])})
+    for index, entry in enumerate(words):
+        well_formed = (isinstance(entry, dict) and isinstance(entry.get("word"), str) and entry["word"].strip()
+                       and all(_number(entry.get(key)) for key in ("start_ms", "end_ms")))
+        if not well_formed:
+            raise DataError(f"{where}: words[{index}] must be {{\"word\": non-empty str, \"start_ms\": number, "
+                            f"\"end_ms\": number}}, got {entry!r}")
+        start, end = float(entry["start_ms"]), float(entry["end_ms"])
+        previous_end = parsed[-1]["end_ms"] if parsed else 0.0
+        if not 0.0 <= start <= end or start < previous_end:
+            raise DataError(f"{where}: words[{index}] ({entry['word']!r}) has times {start}-{end} ms: they must be "
+                            f">= 0, start <= end, and not before the previous word's end ({previous_end} ms)")
+        parsed.append({"word": entry["word"], "start_ms": start, "end_ms": end})
+    if [entry["word"] for entry in parsed] != text.split():
+        raise DataError(f"{where}: 'words' must list the transcript's words in order: {text.split()} vs "
+                        f"{[entry['word'] for entry in parsed]}")
     return parsed
 
 

@@ -7,9 +7,10 @@ travels as a base64 string), stored in every checkpoint and in the run folder's 
 :func:`tokenizer_from_dict` restores any kind from it alone.
 
 ``pieces(ids)`` gives the surface string of each id: the character for ``char``, the piece with its ``▁`` word-start
-marker for sentencepiece, the special token's name for special ids. Words are read from pieces with one rule for
-every kind: a piece that is only whitespace or only ``▁`` separates words; a piece starting with ``▁`` starts a new
-word; a word's text is the concatenation of its pieces with ``▁`` removed.
+marker for sentencepiece, ``""`` for special ids (no surface form: ``decode`` drops them too). Words are read from
+pieces with one rule for every kind (``decode/timestamps.py``, ``group_words``): an empty piece adds nothing; a piece
+that is only whitespace or only ``▁`` separates words; a piece starting with ``▁`` starts a new word; a word's text is
+the concatenation of its pieces with ``▁`` removed.
 
 Subword training (:meth:`SentencePieceTokenizer.train`) is deterministic (one thread, every sentence, no sampling),
 covers every character of the transcripts (``character_coverage`` 1.0, identity normalisation) and treats
@@ -96,12 +97,11 @@ class Tokenizer(ABC):
         """The surface string of each id (see the module docstring for how words are read from them)."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        specials = special_symbols(self.with_blank)
         out = []
         for token_id in ids:
             if not 0 <= token_id < self.vocab_size:
                 raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
-            out.append(specials[token_id] if token_id < self.num_special else self._regular_piece(token_id))
+            out.append("" if token_id < self.num_special else self._regular_piece(token_id))
         return out
 
     def batch_encode(self, texts: Sequence[str], add_bos: bool = False,

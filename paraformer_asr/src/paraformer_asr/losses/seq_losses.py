@@ -22,11 +22,30 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, ma
     return F.cross_entropy(logits[mask].float(), targets[mask], label_smoothing=smoothing)
 
 
-def quantity_loss(alpha_sum: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
-    """Mean over the batch of |sum(alpha) - N|. alpha_sum [B], target_lengths [B] -> scalar."""
+def quantity_loss(alpha_sum: torch.Tensor, target_lengths: torch.Tensor,
+                  length_normalized: bool = False) -> torch.Tensor:
+    """|sum(alpha) - N| summed over the batch, divided by the batch size (a mean per utterance) or, with
+    ``length_normalized``, by the number of target tokens sum(N) (FunASR's ``mae_loss(normalize_length=True)``).
+    alpha_sum [B], target_lengths [B] -> scalar."""
     dims = assert_shape(alpha_sum, "B", "alpha_sum")
     assert_shape(target_lengths, "B", "target_lengths", dims)
-    return (alpha_sum - target_lengths.to(alpha_sum.dtype)).abs().mean()
+    errors = (alpha_sum - target_lengths.to(alpha_sum.dtype)).abs()  # [B]
+    if length_normalized:
+        return errors.sum() / target_lengths.sum().clamp(min=1).to(errors.dtype)
+    return errors.mean()
+
+
+def hybrid_loss_weights(ctc_weight: float, combination: str) -> tuple[float, float]:
+    """(weight of the decoder's loss, weight of the auxiliary CTC loss) of a model trained with both.
+
+    'add': (1, ctc_weight), i.e. ce + ctc_weight * ctc; 'interpolate': (1 - ctc_weight, ctc_weight), FunASR's
+    (1 - w) * att + w * ctc. A model without a CTC head passes ``ctc_weight`` 0 and gets (1, 0).
+    """
+    if combination == "add":
+        return 1.0, ctc_weight
+    if combination == "interpolate":
+        return 1.0 - ctc_weight, ctc_weight
+    raise ValueError(f"ctc combination must be 'add' or 'interpolate', got {combination!r}")
 
 
 def ctc_loss(log_probs: torch.Tensor, input_lengths: torch.Tensor, targets: torch.Tensor,

@@ -1,5 +1,6 @@
 """Recognition metrics."""
 
-from paraformer_asr.metrics.asr_metrics import RecognitionScores, edit_distance, score_transcripts
+from paraformer_asr.metrics.asr_metrics import (RecognitionScores, edit_distance, matched_pairs, score_transcripts,
+                                                word_boundary_errors)
 
-__all__ = ["edit_distance", "score_transcripts", "RecognitionScores"]
+__all__ = ["edit_distance", "score_transcripts", "RecognitionScores", "matched_pairs", "word_boundary_errors"]

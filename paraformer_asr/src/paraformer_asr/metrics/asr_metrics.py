@@ -21,6 +21,44 @@ def edit_distance(reference: Sequence, hypothesis: Sequence) -> int:
     return previous[-1]
 
 
+def matched_pairs(reference: Sequence, hypothesis: Sequence) -> list[tuple[int, int]]:
+    """Index pairs (i, j) with reference[i] == hypothesis[j] on one minimum-edit-distance alignment (the
+    correctly recognised items), in order. Ties prefer a match, then a substitution, deletion, insertion."""
+    rows, cols = len(reference), len(hypothesis)
+    cost = [[0] * (cols + 1) for _ in range(rows + 1)]
+    for i in range(rows + 1):
+        for j in range(cols + 1):
+            if i == 0 or j == 0:
+                cost[i][j] = i + j
+            else:
+                cost[i][j] = min(cost[i - 1][j] + 1, cost[i][j - 1] + 1,
+                                 cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]))
+    pairs = []
+    i, j = rows, cols
+    while i > 0 and j > 0:
+        same = reference[i - 1] == hypothesis[j - 1]
+        if cost[i][j] == cost[i - 1][j - 1] + (not same):
+            if same:
+                pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif cost[i][j] == cost[i - 1][j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def word_boundary_errors(ref_words: Sequence[dict], hyp_words: Sequence[dict]) -> list[float]:
+    """|start difference| and |end difference| in ms of every correctly recognised word (words aligned by edit
+    distance on their text). Words: ``{"word", "start_ms", "end_ms"}``."""
+    pairs = matched_pairs([w["word"] for w in ref_words], [w["word"] for w in hyp_words])
+    errors = []
+    for i, j in pairs:
+        errors += [abs(hyp_words[j]["start_ms"] - ref_words[i]["start_ms"]),
+                   abs(hyp_words[j]["end_ms"] - ref_words[i]["end_ms"])]
+    return errors
+
+
 @dataclass
 class RecognitionScores:
     cer: float

@@ -20,16 +20,17 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask
+from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask, lengths_to_mask
 from paraformer_asr.config import Config, ModelConfig
 from paraformer_asr.data.batching import Batch
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search
-from paraformer_asr.losses import label_smoothed_cross_entropy
+from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy
 from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.layers import DecoderBlock, PositionalEncoding
 from paraformer_asr.models.paraformer import LossOutput
+from paraformer_asr.models.targets import append_eos
 
 KeyValue = tuple[torch.Tensor, torch.Tensor]  # k, v [B, H, L, Dh]
 
@@ -148,6 +149,8 @@ class ArDecoder(nn.Module):
 class TransformerAR(nn.Module):
     """Encoder (shared with the Paraformer) + autoregressive decoder (+ optional CTC head on the encoder)."""
 
+    gives_timestamps = False  # no CIF: its tokens carry no times
+
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):
         super().__init__()
@@ -168,17 +171,9 @@ class TransformerAR(nn.Module):
                            token_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """tokens [B, S] (pad after each length), token_lengths [B] -> (decoder_in [B, S+1] = bos y_1..y_S,
         targets [B, S+1] = y_1..y_S eos, mask [B, S+1] True on the first length+1 positions)."""
-        dims = assert_shape(tokens, "B,S", "target tokens")
-        assert_shape(token_lengths, "B", "token_lengths", dims)
-        batch = dims["B"]
-        bos = tokens.new_full((batch, 1), self.bos_id)
-        pad = tokens.new_full((batch, 1), self.pad_id)
-        decoder_in = torch.cat([bos, tokens], dim=1)
-        targets = torch.cat([tokens, pad], dim=1).scatter(1, token_lengths.long().unsqueeze(1),
-                                                          self.eos_id)
-        positions = torch.arange(dims["S"] + 1, device=tokens.device)
-        mask = positions.unsqueeze(0) <= token_lengths.unsqueeze(1)
-        return decoder_in, targets, mask
+        targets, target_lengths = append_eos(tokens, token_lengths, self.eos_id, self.pad_id)  # [B, S+1], [B]
+        decoder_in = torch.cat([tokens.new_full((tokens.shape[0], 1), self.bos_id), tokens], dim=1)  # [B, S+1]
+        return decoder_in, targets, lengths_to_mask(target_lengths, targets.shape[1])
 
     def forward(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor,
                 token_lengths: torch.Tensor) -> torch.Tensor:
@@ -188,15 +183,18 @@ class TransformerAR(nn.Module):
         return self.decoder(decoder_in, mask, encoder_out, enc_mask)
 
     def compute_loss(self, batch: Batch) -> LossOutput:
-        """Label-smoothed CE over the valid targets (eos included) + ctc_weight * CTC on the encoder."""
+        """Label-smoothed CE over the valid targets (eos included), a mean per target token, combined with the
+        CTC loss on the encoder by ``model.ctc_combination`` (see ``hybrid_loss_weights``)."""
         encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)
         decoder_in, targets, mask = self.teacher_forcing_io(batch.tokens, batch.token_lengths)
         logits = self.decoder(decoder_in, mask, encoder_out, enc_mask)  # [B, S+1, V]
         ce = label_smoothed_cross_entropy(logits, targets, mask, self.cfg.label_smoothing)
-        total, terms = ce, {"ce": ce.detach()}
+        decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
+                                                         self.cfg.ctc_combination)
+        total, terms = decoder_weight * ce, {"ce": ce.detach()}
         if self.ctc is not None:
             ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)
-            total = total + self.cfg.ctc_weight * ctc
+            total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=None)
 

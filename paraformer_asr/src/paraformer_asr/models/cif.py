@@ -22,7 +22,7 @@ divided by its mass so that every acoustic embedding is a weighted mean of frame
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -47,12 +47,47 @@ class CifOutput:
     num_tokens: torch.Tensor
     fire_frames: torch.Tensor
 
+    def without_last_token(self) -> "CifOutput":
+        """The same output with each utterance's last token removed (``model.predictor_bias`` 1: the last
+        fire is the end-of-sentence token): num_tokens - 1 (at least 0), N shrinks to the new maximum;
+        alphas, alpha_sum and integrated_alphas are kept."""
+        num_tokens = (self.num_tokens - 1).clamp(min=0)
+        width = int(num_tokens.max()) if num_tokens.numel() > 0 else 0
+        token_mask = lengths_to_mask(num_tokens, width)  # [B, N'], N' <= N - 1
+        embeddings = self.embeddings[:, :width] * token_mask.unsqueeze(-1).to(self.embeddings.dtype)  # [B, N', D]
+        return replace(self, embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens,
+                       fire_frames=self.fire_frames[:, :width].masked_fill(~token_mask, -1))
+
 
 def inference_token_count(alphas: torch.Tensor, tail_threshold: float = 0.5) -> torch.Tensor:
     """alphas [B, T] (threshold units) -> token count [B] long: full fires + 1 if the tail >= tail_threshold."""
     total = alphas.sum(dim=1)
     full = torch.floor(total)
     return (full + (total - full >= tail_threshold).to(full.dtype)).long()
+
+
+def frame_token_weights(alphas: torch.Tensor, num_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """How much of each frame's weight goes to which token.
+
+    alphas [B, T] (threshold units, >= 0), num_tokens [B] long -> (weights [B, T, K] float64, slots [B, T, K]
+    long): frame t gives ``weights[b, t, j]`` to token ``slots[b, t, j]``, its j-th candidate (tokens
+    floor(c_{t-1}) .. floor(c_{t-1}) + K - 1, K = ceil(max alpha) + 1). Candidates at or past ``num_tokens``
+    get weight 0 and the overflow slot N = max(num_tokens).
+    """
+    batch = alphas.shape[0]
+    max_tokens = int(num_tokens.max()) if batch > 0 else 0
+    # Positions on the "token axis" in float64: c_t reaches ~N, and float32 would lose ~1e-5 there.
+    cumsum = torch.cumsum(alphas.double(), dim=1)  # [B, T]  c_t
+    previous = cumsum - alphas.double()  # [B, T]  c_{t-1}
+    touched = int(math.ceil(float(alphas.detach().max()))) + 1 if alphas.numel() > 0 else 1
+    first = torch.floor(previous.detach()).long().clamp(min=0)  # [B, T] first token each frame touches
+    candidates = first.unsqueeze(-1) + torch.arange(touched, device=alphas.device)  # [B, T, K] token ids
+    lower = torch.maximum(previous.unsqueeze(-1), candidates.double())
+    upper = torch.minimum(cumsum.unsqueeze(-1), candidates.double() + 1.0)
+    keep = candidates < num_tokens.view(batch, 1, 1)
+    weights = (upper - lower).clamp(min=0.0) * keep  # [B, T, K]
+    slots = torch.where(keep, candidates, torch.full_like(candidates, max_tokens))
+    return weights, slots
 
 
 def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
@@ -69,18 +104,8 @@ def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
     assert_shape(num_tokens, "B", "cif num_tokens", dims)
     batch, frames, dim = hidden.shape
     max_tokens = int(num_tokens.max()) if batch > 0 else 0
-    # Positions on the "token axis" in float64: c_t reaches ~N, and float32 would lose ~1e-5 there.
-    cumsum = torch.cumsum(alphas.double(), dim=1)  # [B, T]  c_t
-    previous = cumsum - alphas.double()  # [B, T]  c_{t-1}
-    touched = int(math.ceil(float(alphas.detach().max()))) + 1 if alphas.numel() > 0 else 1
-
-    first = torch.floor(previous.detach()).long().clamp(min=0)  # [B, T] first token each frame touches
-    candidates = first.unsqueeze(-1) + torch.arange(touched, device=hidden.device)  # [B, T, K] token ids
-    lower = torch.maximum(previous.unsqueeze(-1), candidates.double())
-    upper = torch.minimum(cumsum.unsqueeze(-1), candidates.double() + 1.0)
-    keep = candidates < num_tokens.view(batch, 1, 1)
-    weights = ((upper - lower).clamp(min=0.0) * keep).to(hidden.dtype)  # [B, T, K]
-    slots = torch.where(keep, candidates, torch.full_like(candidates, max_tokens))  # overflow slot N
+    weights, slots = frame_token_weights(alphas, num_tokens)  # [B, T, K] each
+    weights = weights.to(hidden.dtype)
 
     # Scatter-add every (frame, candidate) contribution into row b * (N + 1) + slot of a flat buffer.
     rows = (slots + (torch.arange(batch, device=hidden.device) * (max_tokens + 1)).view(batch, 1, 1)).reshape(-1)
@@ -95,9 +120,10 @@ def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
     scale = torch.where(partial, 1.0 / mass.clamp(min=MIN_MASS), torch.ones_like(mass))
     embeddings = sums * scale.unsqueeze(-1)
 
+    cumsum = torch.cumsum(alphas.detach().double(), dim=1)  # [B, T]
     frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # last frame with alpha > 0
     levels = torch.arange(1, max_tokens + 1, device=hidden.device, dtype=cumsum.dtype).expand(batch, -1)
-    fire = torch.searchsorted(cumsum.detach().contiguous(), levels.contiguous())  # [B, N]
+    fire = torch.searchsorted(cumsum.contiguous(), levels.contiguous())  # [B, N]
     fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
     fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))
     return embeddings, token_mask, fire_frames
@@ -132,21 +158,26 @@ class CifPredictor(nn.Module):
                 target_lengths: torch.Tensor | None = None) -> CifOutput:
         dims = assert_shape(hidden, f"B,T,{self.d_model}", "predictor input")
         check_padding_mask(mask, "predictor mask", (dims["B"], dims["T"]))
-        alphas = self.predict_alphas(hidden, mask)
-        check_finite(alphas, "cif alphas")
-        units = alphas / self.threshold
-        alpha_sum = units.sum(dim=1)  # [B]
-        if target_lengths is not None:
-            assert_shape(target_lengths, "B", "target_lengths", dims)
-            scale = target_lengths.to(units.dtype) / alpha_sum.clamp(min=MIN_MASS)
-            integrated = units * scale.unsqueeze(1)
-            num_tokens = target_lengths.long()
-        else:
-            integrated = units
-            num_tokens = inference_token_count(units, self.tail_threshold / self.threshold)
-        embeddings, token_mask, fire_frames = cif_integrate(hidden, integrated, num_tokens)
-        return CifOutput(alphas=alphas, alpha_sum=alpha_sum, integrated_alphas=integrated, embeddings=embeddings,
-                         token_mask=token_mask, num_tokens=num_tokens, fire_frames=fire_frames)
+        # The alphas and their sums run in float32 even under autocast: in bf16 a sum near 154 has a step
+        # of 1.0, so the quantity loss could not see sub-token errors. The embeddings go back to the input's dtype.
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            hidden32 = hidden.float()
+            alphas = self.predict_alphas(hidden32, mask)
+            check_finite(alphas, "cif alphas")
+            units = alphas / self.threshold
+            alpha_sum = units.sum(dim=1)  # [B]
+            if target_lengths is not None:
+                assert_shape(target_lengths, "B", "target_lengths", dims)
+                scale = target_lengths.to(units.dtype) / alpha_sum.clamp(min=MIN_MASS)
+                integrated = units * scale.unsqueeze(1)
+                num_tokens = target_lengths.long()
+            else:
+                integrated = units
+                num_tokens = inference_token_count(units, self.tail_threshold / self.threshold)
+            embeddings, token_mask, fire_frames = cif_integrate(hidden32, integrated, num_tokens)
+        return CifOutput(alphas=alphas, alpha_sum=alpha_sum, integrated_alphas=integrated,
+                         embeddings=embeddings.to(hidden.dtype), token_mask=token_mask, num_tokens=num_tokens,
+                         fire_frames=fire_frames)
 
 
 def extract_token_positions(alphas: torch.Tensor, padding_mask: torch.Tensor, threshold: float = 1.0,
@@ -185,36 +216,3 @@ def generate_alignment_targets(token_positions: list[list[int]], sequence_length
         return hits.any(dim=1).float()
     bumps = torch.exp(-((frames.view(1, 1, -1) - positions.unsqueeze(-1).float()) ** 2) / (2 * sigma ** 2))
     return (bumps * valid.unsqueeze(-1)).amax(dim=1) if width > 0 else torch.zeros(batch, sequence_length)
-
-
-def boundaries_to_encoder_frames(boundaries: torch.Tensor, subsampling_factor: int, num_frames: int) -> torch.Tensor:
-    """Input-frame indices -> encoder-frame indices. Encoder frame i is centred on input frame
-    f*i + f - 1 (f = subsampling factor), so b maps to round((b - f + 1) / f), clipped to [0, num_frames - 1]."""
-    f = subsampling_factor
-    mapped = torch.floor((boundaries.float() - (f - 1)) / f + 0.5).long()
-    return mapped.clamp(0, max(num_frames - 1, 0))
-
-
-def alignment_plot_data(cif: CifOutput, mask: torch.Tensor, true_boundaries: torch.Tensor | None = None,
-                        subsampling_factor: int = 1, limit: int = 3) -> list[dict]:
-    """Data to plot the alignment of the first ``limit`` utterances.
-
-    cif: predictor output at inference, mask [B, T'] encoder mask, true_boundaries [B, S] (input
-    frames, -1 padded) or None. Returns dicts with 'alphas' (per encoder frame), 'cumsum',
-    'fires' (encoder frames where tokens fired) and, with boundaries, 'boundaries' (encoder
-    frames, see :func:`boundaries_to_encoder_frames`).
-    """
-    plots = []
-    for row in range(min(limit, cif.alphas.shape[0])):
-        length = int(mask[row].sum())
-        alphas = cif.alphas[row, :length].detach().float().cpu()
-        entry = {
-            "alphas": alphas.tolist(),
-            "cumsum": torch.cumsum(alphas, 0).tolist(),
-            "fires": cif.fire_frames[row][cif.token_mask[row]].tolist(),
-        }
-        if true_boundaries is not None:
-            bounds = true_boundaries[row][true_boundaries[row] >= 0]
-            entry["boundaries"] = boundaries_to_encoder_frames(bounds, subsampling_factor, length).tolist()
-        plots.append(entry)
-    return plots

@@ -25,7 +25,8 @@ def build_paraformer(cfg: Config, input_dim: int, tokenizer: Tokenizer) -> nn.Mo
     from paraformer_asr.models.paraformer import Paraformer
 
     return Paraformer(cfg.model, input_dim=input_dim, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
-                      blank_id=tokenizer.blank_id, subsampling_factor=cfg.subsampling_factor)
+                      eos_id=tokenizer.eos_id, blank_id=tokenizer.blank_id,
+                      subsampling_factor=cfg.subsampling_factor)
 
 
 def build_model(cfg: Config, input_dim: int, tokenizer: Tokenizer) -> nn.Module:

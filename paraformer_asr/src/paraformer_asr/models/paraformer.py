@@ -17,12 +17,14 @@ from paraformer_asr.checks import assert_shape, check_finite
 from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
 from paraformer_asr.decode.beam import PrefixScorer, factorized_beam_search
-from paraformer_asr.losses import label_smoothed_cross_entropy, quantity_loss
+from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
+from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
 from paraformer_asr.models.cif import CifOutput, CifPredictor
 from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.glancing import glancing_mix
+from paraformer_asr.models.targets import append_eos
 
 
 @dataclass
@@ -38,12 +40,15 @@ class LossOutput:
 
 
 class Paraformer(nn.Module):
-    def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, blank_id: int | None,
-                 subsampling_factor: int):
+    gives_timestamps = True  # token times from the CIF: decode_with_cif + decode/timestamps.py
+
+    def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, eos_id: int,
+                 blank_id: int | None, subsampling_factor: int):
         super().__init__()
         self.cfg = cfg
         self.vocab_size = vocab_size
         self.pad_id = pad_id
+        self.eos_id = eos_id
         self.blank_id = blank_id
         self.encoder = Encoder.from_config(cfg, input_dim, subsampling_factor)
         self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold,
@@ -56,55 +61,88 @@ class Paraformer(nn.Module):
         """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""
         return self.encoder(features, feat_mask)
 
+    def decoder_targets(self, tokens: torch.Tensor, token_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the CIF fires for and the decoder predicts: tokens [B, S], token_lengths [B] -> (targets
+        [B, S + b], lengths [B] + b), b = ``model.predictor_bias`` (1: an <eos> after each transcript)."""
+        if self.cfg.predictor_bias == 0:
+            return tokens, token_lengths
+        return append_eos(tokens, token_lengths, self.eos_id, self.pad_id)
+
     def forward(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor | None = None,
                 token_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, CifOutput]:
         """One decoder pass, no glancing: -> (logits [B, N, V], cif).
 
         With ``tokens`` [B, S] / ``token_lengths`` [B] the CIF is scaled to the true lengths
-        (N = S_max); without, N comes from the predicted alphas.
+        (N = S_max, + 1 with ``model.predictor_bias``: the <eos> position); without, N comes from the
+        predicted alphas (the end-of-sentence fire included).
         """
         encoder_out, enc_mask = self.encode(features, feat_mask)
-        cif = self.predictor(encoder_out, enc_mask, token_lengths)
+        target_lengths = None if tokens is None else self.decoder_targets(tokens, token_lengths)[1]
+        cif = self.predictor(encoder_out, enc_mask, target_lengths)
         logits = self.decoder(cif.embeddings, cif.token_mask, encoder_out, enc_mask)
         return logits, cif
 
     def compute_loss(self, batch: Batch) -> LossOutput:
-        """CE (label smoothing, valid tokens) + quantity_weight * |sum alpha - N| + ctc_weight * CTC."""
-        encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)
-        cif = self.predictor(encoder_out, enc_mask, batch.token_lengths)
-        targets, token_mask = batch.tokens, cif.token_mask
+        """Label-smoothed CE over the valid target positions (a mean per token) and quantity_weight x the
+        quantity loss, plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py."""
+        encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
+        targets, target_lengths = self.decoder_targets(batch.tokens, batch.token_lengths)  # [B, N], [B]
+        cif = self.predictor(encoder_out, enc_mask, target_lengths)  # embeddings [B, N, D]
+        token_mask = cif.token_mask  # [B, N]
         assert_shape(targets, f"{targets.shape[0]},{cif.embeddings.shape[1]}", "target tokens")
         decoder_input = cif.embeddings
         if self.training and self.cfg.glancing_ratio > 0:
             with torch.no_grad():
-                first_pass = self.decoder(cif.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)
+                first_pass = self.decoder(cif.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
             decoder_input, _ = glancing_mix(cif.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
                                             token_mask, self.cfg.glancing_ratio)
-        logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)
+        logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)  # [B, N, V]
         ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)
-        quantity = quantity_loss(cif.alpha_sum, batch.token_lengths)
-        total = ce + self.cfg.quantity_weight * quantity
+        quantity = quantity_loss(cif.alpha_sum, target_lengths, self.cfg.length_normalized_loss)
+        decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
+                                                         self.cfg.ctc_combination)
+        total = decoder_weight * ce + self.cfg.quantity_weight * quantity
         terms = {"ce": ce.detach(), "quantity": quantity.detach()}
         if self.ctc is not None:
-            ctc = self.ctc.loss(encoder_out, enc_mask, targets, batch.token_lengths, self.blank_id)
-            total = total + self.cfg.ctc_weight * ctc
+            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)
+            total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
 
     @torch.no_grad()
     def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
-        """Inference pass: -> (log_probs [B, N, V] with N from round(sum alpha), cif)."""
+        """Inference pass: -> (log_probs [B, N, V], cif) over the N output tokens (N from the alphas and
+        the tail rule). With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the
+        others, then dropped from both."""
         logits, cif = self.forward(features, feat_mask)
+        if self.cfg.predictor_bias == 1:
+            cif = cif.without_last_token()
+            logits = logits[:, :cif.token_mask.shape[1]]
         log_probs = torch.log_softmax(logits.float(), dim=-1)
         check_finite(log_probs, "decoder log_probs")
         return log_probs, cif
 
     @torch.no_grad()
+    def decode_with_cif(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
+                        lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
+        """The best hypothesis and the CIF output it came from (for timestamps), from one pass.
+
+        beam_size 1 without an LM is greedy; otherwise the factorised beam search, fused with ``lm`` (a
+        CharNgramLM) when given. -> (tokens [B, T_out] long, pad past each length; lengths [B]; cif)."""
+        log_probs, cif = self.posteriors(features, feat_mask)
+        if beam_size == 1 and lm is None:
+            return log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id), cif.num_tokens, cif
+        if lm is None:
+            beams, _ = factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id)
+        else:
+            beams, _ = fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, lm, lm_weight)
+        return beams[:, 0], cif.num_tokens, cif
+
+    @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> tokens [B, T_out] long (pad_id past each length), lengths [B] long. One decoder pass."""
-        log_probs, cif = self.posteriors(features, feat_mask)
-        tokens = log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id)
-        return tokens, cif.num_tokens
+        tokens, lengths, _ = self.decode_with_cif(features, feat_mask)
+        return tokens, lengths
 
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,

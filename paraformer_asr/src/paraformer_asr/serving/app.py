@@ -1,10 +1,11 @@
 """The HTTP service: ``create_app(loaded_model, settings) -> FastAPI``.
 
-    POST /transcribe   multipart form, audio (WAV, FLAC, OGG, ...) in field ``file``  -> {"text", "duration_s", "rtf"}
+    POST /transcribe   multipart form, audio (WAV, FLAC, OGG, ...) in field ``file``  -> {"text", "duration_s", "rtf", "words"}
     GET  /health       model type, checkpoint, device, uptime, limits, batching statistics
     GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
 
-``rtf`` is the request's processing time on the server (feature extraction, waiting for its batch, the batched
+``words`` lists the recognised words with their CIF times, ``[{"word", "start_ms", "end_ms"}]`` (null for an
+autoregressive-baseline checkpoint, which has no CIF). ``rtf`` is the request's processing time on the server (feature extraction, waiting for its batch, the batched
 decode) divided by the audio's duration. Every refused request answers JSON ``{"detail": "<message>"}``:
 400 unreadable audio (not an audio format soundfile reads, empty, damaged header, no samples), 413 upload larger than
 ``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the form field ``file``,
@@ -37,10 +38,17 @@ UPLOAD_NAME = "uploaded file"  # how error messages name the upload
 _DRAIN_FACTOR = 4  # an oversized body up to this many times the limit is read and dropped before answering 413
 
 
+class Word(BaseModel):
+    word: str
+    start_ms: int
+    end_ms: int
+
+
 class Transcription(BaseModel):
     text: str
     duration_s: float
     rtf: float
+    words: list[Word] | None
 
 
 class Health(BaseModel):
@@ -92,11 +100,12 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
         features, duration_s = await run_in_threadpool(features_from_upload, data, loaded_model,
                                                        settings.max_audio_seconds)
         try:
-            future = batcher.submit(features)
+            future = batcher.submit((features, duration_s))
         except BatcherClosed as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
-        text = await asyncio.wrap_future(future)
-        return Transcription(text=text, duration_s=duration_s, rtf=(time.perf_counter() - start) / duration_s)
+        recognition = await asyncio.wrap_future(future)
+        return Transcription(text=recognition.text, duration_s=duration_s,
+                             rtf=(time.perf_counter() - start) / duration_s, words=recognition.words)
 
     @app.get("/health", response_model=Health)
     def health() -> Health:

@@ -2,12 +2,12 @@
 
 A worker thread takes the oldest queued request, then waits at most ``max_wait_ms`` for more (taking whatever
 is already queued even after that), up to ``max_batch_size`` requests. Their features go through the package's
-collation into one padded batch and ONE batched greedy decode; each request's future gets its own text. Under
+collation into one padded batch and ONE batched greedy decode; each request's future gets its own result. Under
 light load a request waits at most ``max_wait_ms``; under heavy load batches fill up and throughput grows.
 
 Contracts:
-    GreedyTranscriber(loaded, device)(features: list of B tensors [T_i, F]) -> list of B texts
-    MicroBatcher(transcribe, max_batch_size, max_wait_ms).submit(features [T, F]) -> Future[str]
+    GreedyTranscriber(loaded, device)(utterances: list of B (features [T_i, F], duration_s)) -> list of B Recognition
+    MicroBatcher(transcribe, max_batch_size, max_wait_ms).submit(request) -> Future of transcribe([request])[0]
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import time
 from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.decode.search import transcribe_batches
+from paraformer_asr.decode.timestamps import frame_clock, word_times
 from paraformer_asr.inference import LoadedModel
 
 
@@ -31,26 +32,43 @@ class BatcherClosed(RuntimeError):
     """The batcher is not running (not started yet, or shut down): no new requests are taken."""
 
 
+@dataclass
+class Recognition:
+    """text; words: [{"word", "start_ms", "end_ms"}] with CIF times, or None for a model without them (the
+    autoregressive baseline)."""
+
+    text: str
+    words: list[dict] | None
+
+
 class GreedyTranscriber:
-    """Features of B utterances -> B texts, through one padded batch and one batched greedy decode."""
+    """B utterances (features [T_i, F], duration in seconds) -> B Recognition, through one padded batch and one
+    batched greedy decode (with token times when the model gives them)."""
 
     def __init__(self, loaded: LoadedModel, device: torch.device):
         self.loaded = loaded
         self.device = device
         self.collate = Collator(loaded.tokenizer.pad_id)
+        self.clock = frame_clock(loaded.cfg) if loaded.model.gives_timestamps else None
 
-    def __call__(self, features: list[torch.Tensor]) -> list[str]:
+    def __call__(self, utterances: list[tuple[torch.Tensor, float]]) -> list[Recognition]:
         no_tokens = torch.zeros(0, dtype=torch.long)
-        items = [{"id": str(index), "features": feats, "tokens": no_tokens, "text": "", "duration_s": 0.0}
-                 for index, feats in enumerate(features)]  # feats [T_i, F]
+        items = [{"id": str(index), "features": feats, "tokens": no_tokens, "text": "", "duration_s": duration_s}
+                 for index, (feats, duration_s) in enumerate(utterances)]  # feats [T_i, F]
         batch = self.collate(items)  # features [B, T_max, F], feat_mask [B, T_max]
-        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, "greedy")
-        return [self.loaded.tokenizer.decode(t.hyp_tokens) for t in transcripts]
+        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, "greedy", clock=self.clock)
+        tokenizer = self.loaded.tokenizer
+        return [Recognition(tokenizer.decode(t.hyp_tokens), self._words(t)) for t in transcripts]
+
+    def _words(self, transcript) -> list[dict] | None:
+        if transcript.token_times is None:
+            return None
+        return word_times(self.loaded.tokenizer.pieces(transcript.hyp_tokens), transcript.token_times)
 
 
 @dataclass
 class _Request:
-    features: torch.Tensor  # [T, F]
+    payload: Any  # one utterance for ``transcribe`` (the service: (features [T, F], duration_s))
     future: Future
 
 
@@ -58,7 +76,7 @@ _STOP = object()  # queue sentinel put by close(): everything queued before it i
 
 
 class MicroBatcher:
-    def __init__(self, transcribe: Callable[[list[torch.Tensor]], list[str]], max_batch_size: int,
+    def __init__(self, transcribe: Callable[[list[Any]], list[Any]], max_batch_size: int,
                  max_wait_ms: float):
         if max_batch_size < 1 or max_wait_ms < 0:
             raise ValueError(f"need max_batch_size >= 1 and max_wait_ms >= 0, got {max_batch_size}, {max_wait_ms}")
@@ -80,13 +98,13 @@ class MicroBatcher:
             self._accepting = True
             self._thread.start()
 
-    def submit(self, features: torch.Tensor) -> Future:
-        """Queue one utterance's features [T, F]; the future resolves to its text."""
+    def submit(self, payload: Any) -> Future:
+        """Queue one utterance (what ``transcribe`` takes per item); the future resolves to its result."""
         future: Future = Future()
         with self._lock:  # a request accepted here is queued before close()'s sentinel, so it is decoded
             if not self._accepting:
                 raise BatcherClosed("the transcription worker is not running")
-            self._queue.put(_Request(features, future))
+            self._queue.put(_Request(payload, future))
         return future
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -143,7 +161,7 @@ class MicroBatcher:
             return
         start = time.perf_counter()
         try:
-            texts = self.transcribe([request.features for request in live])
+            results = self.transcribe([request.payload for request in live])
         except Exception as exc:  # handed to every waiting request; the worker keeps serving
             for request in live:
                 request.future.set_exception(exc)
@@ -151,5 +169,5 @@ class MicroBatcher:
         with self._lock:
             self._batch_sizes[len(live)] += 1
             self._decode_seconds += time.perf_counter() - start
-        for request, text in zip(live, texts):
-            request.future.set_result(text)
+        for request, result in zip(live, results):
+            request.future.set_result(result)

@@ -5,7 +5,12 @@ Layout of a checkpoint dict:
     model: state_dict, config: Config.to_dict(), tokenizer: Tokenizer.to_dict() (plain data of any kind),
     normalizer: FeatureNormalizer.to_dict() | None, input_dim: int,
     optimizer / scheduler / scaler: state_dicts, progress: {epoch, batch_in_epoch, global_step, ...},
-    rng: {python, numpy, torch, cuda}, history: list of per-epoch dicts, best: {...}
+    rng: {python, numpy, torch, cuda}, history: list of per-epoch dicts, best_cer: float,
+    best_checkpoints: [{"epoch", "val_cer"}, ...] the ``train.keep_best`` best epochs, best first
+
+Files of a run: ``last.pt`` (every epoch and every ``train.checkpoint_every`` steps), ``best.pt`` (the lowest
+validation CER so far) and, with ``train.keep_best`` N > 1, ``best_epoch{E}.pt`` for each of the N best epochs.
+An averaged checkpoint (training/averaging.py) has model, config, tokenizer, normalizer and input_dim only.
 """
 
 from __future__ import annotations
@@ -76,6 +81,44 @@ def load_checkpoint(path: str | Path) -> dict:
         if key not in payload:
             raise CheckpointError(f"{path} is missing '{key}'")
     return payload
+
+
+class BestCheckpoints:
+    """The ``keep`` best epochs by validation CER, best first (ties: the earlier epoch ranks first).
+
+    ``offer(epoch, val_cer)`` -> True if the epoch enters the list (a later epoch must be strictly better than
+    the worst one kept to push it out). ``entries`` is plain data saved in every checkpoint, so a resumed run
+    keeps exactly the same files.
+    """
+
+    def __init__(self, keep: int, entries: list[dict] | None = None):
+        self.keep = keep
+        self.entries = [dict(entry) for entry in entries or []]
+
+    @staticmethod
+    def file_name(epoch: int) -> str:
+        return f"best_epoch{epoch}.pt"
+
+    def offer(self, epoch: int, val_cer: float) -> bool:
+        if len(self.entries) >= self.keep and not val_cer < self.entries[-1]["val_cer"]:
+            return False
+        self.entries.append({"epoch": epoch, "val_cer": val_cer})
+        self.entries.sort(key=lambda entry: (entry["val_cer"], entry["epoch"]))
+        del self.entries[self.keep:]
+        return True
+
+    def file_names(self) -> list[str]:
+        """The files holding the kept epochs, best first: best_epoch{E}.pt, or best.pt alone when keep is 1."""
+        if self.keep == 1:
+            return ["best.pt"] if self.entries else []
+        return [self.file_name(entry["epoch"]) for entry in self.entries]
+
+    def remove_unkept(self, folder: Path) -> None:
+        """Delete best_epoch*.pt files of ``folder`` that are no longer kept (pushed out, or left by a crash)."""
+        kept = set(self.file_names())
+        for path in folder.glob("best_epoch*.pt"):
+            if path.name not in kept:
+                path.unlink()
 
 
 def capture_rng_state() -> dict:

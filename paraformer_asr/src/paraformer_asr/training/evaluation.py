@@ -8,21 +8,35 @@ from torch.utils.data import DataLoader
 
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.search import Transcript, transcribe_batches
-from paraformer_asr.metrics import score_transcripts
+from paraformer_asr.decode.timestamps import FrameClock, word_times
+from paraformer_asr.metrics import score_transcripts, word_boundary_errors
 
 
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
-             method: str = "greedy", beam_size: int = 4, lm=None,
-             lm_weight: float = 0.0) -> tuple[dict, list[Transcript], list[str]]:
+             method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
+             clock: FrameClock | None = None) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;
-    transcripts; hypothesis texts). rtf = decoding seconds / seconds of input."""
-    transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight)
+    transcripts; hypothesis texts). rtf = decoding seconds / seconds of input. With a ``clock`` the
+    transcripts carry token times, and when the references have timed words the scores add
+    ``word_boundary_mae_ms`` (mean |start| and |end| error over the correctly recognised words) and
+    ``word_boundary_words`` (how many words it is measured on)."""
+    transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight, clock)
     hyp_texts = [tokenizer.decode(t.hyp_tokens) for t in transcripts]
     scores = score_transcripts([t.ref_tokens for t in transcripts], [t.hyp_tokens for t in transcripts],
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
     audio_seconds = sum(t.duration_s for t in transcripts)
     scores["rtf"] = seconds / audio_seconds if audio_seconds > 0 else 0.0
+    timed = [t for t in transcripts if t.token_times is not None and t.ref_words is not None]
+    if timed:
+        errors = [error for t in timed for error in word_boundary_errors(t.ref_words, hypothesis_words(tokenizer, t))]
+        scores["word_boundary_mae_ms"] = sum(errors) / len(errors) if errors else None
+        scores["word_boundary_words"] = len(errors) // 2
     return scores, transcripts, hyp_texts
+
+
+def hypothesis_words(tokenizer: Tokenizer, transcript: Transcript) -> list[dict]:
+    """The timed words of a transcript decoded with timestamps: [{"word", "start_ms", "end_ms"}]."""
+    return word_times(tokenizer.pieces(transcript.hyp_tokens), transcript.token_times)
 
 
 def resolve_device(name: str) -> torch.device:

@@ -22,18 +22,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraformer_asr.checks import lengths_to_mask
 from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import DataBundle, build_data, make_loader, tokenizer_for, training_transcripts
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import TrainingError
-from paraformer_asr.models.cif import alignment_plot_data
+from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
 from paraformer_asr.models.factory import build_model, count_parameters
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
                                                  init_distributed, shutdown)
-from paraformer_asr.training.checkpointing import (capture_rng_state, load_checkpoint, resolve_checkpoint_path,
-                                                   restore_rng_state, save_checkpoint)
+from paraformer_asr.training.checkpointing import (BestCheckpoints, capture_rng_state, load_checkpoint,
+                                                   resolve_checkpoint_path, restore_rng_state, save_checkpoint)
 from paraformer_asr.training.evaluation import evaluate, resolve_device
 from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
 from paraformer_asr.training.run_folder import RunFolder, setup_logging
@@ -172,6 +171,7 @@ class Trainer:
         self.history: list[dict] = []
         self.step_log: list[dict] = []
         self.best_cer = math.inf
+        self.kept_best = BestCheckpoints(cfg.train.keep_best)
         self.bad_streak = 0
         self.stop = StopFlag()
         self._rng_to_restore: dict | None = None
@@ -196,6 +196,7 @@ class Trainer:
             "history": self.history,
             "step_log": self.step_log,
             "best_cer": self.best_cer,
+            "best_checkpoints": self.kept_best.entries,
         }
 
     def save(self, name: str) -> None:
@@ -214,6 +215,7 @@ class Trainer:
         self.history = list(state["history"])
         self.step_log = list(state["step_log"])
         self.best_cer = state["best_cer"]
+        self.kept_best = BestCheckpoints(self.cfg.train.keep_best, state.get("best_checkpoints", []))
         self._rng_to_restore = state["rng"]
 
     # ------------------------------------------------------------------ loop
@@ -351,19 +353,27 @@ class Trainer:
         p = self.progress
         started = time.perf_counter()
         means, skipped = self._reduced_means()
-        improved = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else False
+        val_cer = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else None
         barrier(self.ctx)
         p.epoch += 1
         p.batch_in_epoch = 0
         p.sums = EpochSums()
+        improved = val_cer is not None and val_cer < self.best_cer
+        if improved:
+            self.best_cer = val_cer
+        kept = val_cer is not None and self.kept_best.offer(p.epoch, val_cer)
+        if kept and self.cfg.train.keep_best > 1:
+            self.save(self.kept_best.file_name(p.epoch))  # before last.pt, which records it as kept
         self.save("last.pt")
         if improved:
             self.save("best.pt")
+        if self.ctx.is_main:
+            self.kept_best.remove_unkept(self.run.checkpoints)
         if self._stop_requested():
             raise TrainingInterrupted(self.stop.signum or signal.SIGTERM, self.run.path)
 
-    def _validate_and_record(self, means: dict, skipped: int, train_seconds: float, started: float) -> bool:
-        """Validation, results row, metrics files and plots (main process); True if the CER improved."""
+    def _validate_and_record(self, means: dict, skipped: int, train_seconds: float, started: float) -> float:
+        """Validation, results row, metrics files and plots (main process); -> the validation CER."""
         p = self.progress
         scores, _, _ = evaluate(self.model, self.val_loader, self.tokenizer, self.device)
         row = {
@@ -392,24 +402,22 @@ class Trainer:
                       row["val_sequence_accuracy"], row["val_length_accuracy"], row["epoch_seconds"])
         self.run.write_metrics(self.history)
         self._plot()
-        if row["val_cer"] < self.best_cer:
-            self.best_cer = row["val_cer"]
-            return True
-        return False
+        return row["val_cer"]
 
     def _plot(self) -> None:
         plot_loss_curves(self.step_log, self.history, self.run.plots / "loss_curves.png")
         count = min(self.cfg.train.plot_utterances, len(self.data.val))
-        if count == 0 or not hasattr(self.model, "predictor"):
+        if count == 0 or not self.model.gives_timestamps:
             return
         batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
         self.model.eval()
-        log_probs, cif = self.model.posteriors(batch.features, batch.feat_mask)
-        enc_lengths = self.model.encoder.output_lengths(batch.feat_lengths)
-        enc_mask = lengths_to_mask(enc_lengths, cif.alphas.shape[1])
-        hyps = log_probs.argmax(-1).masked_fill(~cif.token_mask, self.tokenizer.pad_id)
-        data = alignment_plot_data(cif, enc_mask, batch.boundaries, self.cfg.subsampling_factor, count)
-        titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(hyps[i])}'"
+        clock = frame_clock(self.cfg)
+        tokens, lengths, cif = self.model.decode_with_cif(batch.features, batch.feat_mask)
+        times = decoded_token_times(self.model, cif, batch.feat_lengths, batch.durations, clock)
+        pieces = [self.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
+        encoder_frames = self.model.encoder.output_lengths(batch.feat_lengths)
+        data = alignment_plot_data(batch, cif.integrated_alphas, encoder_frames, times, pieces, clock, count)
+        titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(tokens[i, :lengths[i]])}'"
                   for i in range(count)]
         plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
 

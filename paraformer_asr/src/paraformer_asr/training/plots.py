@@ -35,20 +35,34 @@ def plot_loss_curves(step_log: list[dict], history: list[dict], path: Path) -> N
 
 
 def plot_cif_alignments(plot_data: list[dict], titles: list[str], path: Path) -> None:
-    """Per utterance: alpha per encoder frame, CIF fire positions (red) and true boundaries (green)."""
+    """Per utterance: the input features (log-mel spectrogram or toy features) over time, the alphas on a
+    second axis, every token written at its end (fire, red dashed line) with its span as a bar along the
+    top, and the true boundaries (green dotted) when known. The x axis is milliseconds."""
     rows = max(1, len(plot_data))
-    fig, axes = plt.subplots(rows, 1, figsize=(10, 2.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 1, figsize=(11, 3.0 * rows), squeeze=False)
     for axis, entry, title in zip(axes[:, 0], plot_data, titles):
-        frames = range(len(entry["alphas"]))
-        axis.bar(frames, entry["alphas"], color="steelblue", width=0.8, label="alpha")
-        for i, fire in enumerate(entry["fires"]):
-            axis.axvline(fire, color="red", linestyle="--", linewidth=1, label="CIF fire" if i == 0 else None)
-        for i, bound in enumerate(entry.get("boundaries", [])):
-            axis.axvline(bound, color="green", linestyle=":", linewidth=2, label="true boundary" if i == 0 else None)
-        axis.set_ylim(0, 1.05)
+        features = entry["features"]  # [T][F]
+        duration = len(features) * entry["frame_ms"]
+        axis.imshow(list(map(list, zip(*features))), origin="lower", aspect="auto", cmap="magma",
+                    extent=(0.0, duration, 0, len(features[0]) if features else 1))
+        axis.set_ylabel("feature")
+        height = len(features[0]) if features else 1
+        for i, (start, end, token) in enumerate(zip(entry["starts_ms"], entry["ends_ms"], entry["tokens"])):
+            axis.axvspan(start, end, ymin=0.94, ymax=1.0, color="white" if i % 2 else "silver")
+            axis.axvline(end, color="red", linestyle="--", linewidth=1,
+                         label="CIF fire (token end)" if i == 0 else None)
+            axis.text(end, height * 0.92, token if token.strip() else "\u2423", fontsize=8, ha="right", va="top",
+                      bbox={"facecolor": "white", "edgecolor": "none", "pad": 1, "alpha": 0.8})
+        for i, bound in enumerate(entry.get("reference_ms", [])):
+            axis.axvline(bound, color="lime", linestyle=":", linewidth=2, label="true boundary" if i == 0 else None)
+        alpha_axis = axis.twinx()
+        alpha_axis.plot(entry["alpha_ms"], entry["alphas"], color="cyan", marker=".", linewidth=1, label="alpha")
+        alpha_axis.set_ylim(0, max(1.05, max(entry["alphas"], default=0.0) * 1.05))
+        alpha_axis.set_ylabel("alpha")
+        axis.set_xlim(0.0, duration)
         axis.set_title(title, fontsize=9)
-        axis.set_xlabel("encoder frame")
-        axis.legend(loc="upper right", fontsize=7)
+        axis.set_xlabel("time (ms)")
+        axis.legend(loc="lower right", fontsize=7, framealpha=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

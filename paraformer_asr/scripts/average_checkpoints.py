@@ -1,0 +1,39 @@
+"""Average the weights of a run's best checkpoints into one checkpoint:
+
+    python scripts/average_checkpoints.py RUN_DIR --best N --out averaged.pt
+
+RUN_DIR must have been trained with train.keep_best >= N (it keeps checkpoints/best_epoch{E}.pt of its N best
+epochs by validation CER). The result reads like any checkpoint: python scripts/eval.py --checkpoint averaged.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from paraformer_asr.cli import run_main  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="run folder")
+    parser.add_argument("--best", type=int, required=True, help="how many of the best checkpoints to average")
+    parser.add_argument("--out", required=True, help="where to write the averaged checkpoint (.pt)")
+    args = parser.parse_args(argv)
+    from paraformer_asr.training.averaging import average_checkpoints, kept_best_checkpoints
+    from paraformer_asr.training.checkpointing import save_checkpoint
+
+    payload = average_checkpoints(kept_best_checkpoints(args.run, args.best))
+    save_checkpoint(payload, args.out)
+    for source in payload["averaged_from"]:
+        print(f"averaged {source['file']} (epoch {source['epoch']}, val CER {source['val_cer']})",
+              file=sys.stderr)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
