@@ -92,8 +92,11 @@ def test_segmentation_transform_normalises_and_eval_is_deterministic():
     image, mask = _coded_pair(16, 16)
     transform = SegmentationTransform(8, mean=0.5, std=0.25, train=False)
     out_image, out_mask = transform(image, mask, None)
-    assert out_image.shape == (3, 8, 8) and out_mask.shape == (8, 8)
-    assert torch.allclose(out_image, (resize_image(image, (8, 8)) - 0.5) / 0.25)
+    assert out_image.shape == (3, 8, 8) and torch.equal(out_mask, mask)  # the mask stays at its own size
+    assert torch.allclose(out_image, (resize_image(image, (8, 8)) - 0.5) / 0.25, atol=1e-6)
+    native = SegmentationTransform(8, mean=0.5, std=0.25, train=False, resize_mode="pad", resize_for_eval=False)
+    out_image, out_mask = native(image, mask, None)
+    assert torch.allclose(out_image, (image - 0.5) / 0.25) and torch.equal(out_mask, mask)
 
 
 def test_training_augmentation_depends_on_epoch_and_index_only():
@@ -149,7 +152,7 @@ def test_folder_errors_name_the_file(tmp_path: Path):
     with pytest.raises(DataError, match=r"img2\.png has no mask"):
         FolderDataset(tmp_path, "train", 3, 2)
     _write_folder(tmp_path, mask_values=(0, 5))
-    with pytest.raises(DataError, match=r"img0\.png holds class id 5 >= data.num_classes = 2"):
+    with pytest.raises(DataError, match=r"img0\.png holds class id 5 at \(row \d+, col \d+\), but data.num_classes = 2"):
         FolderDataset(tmp_path, "train", 3, 2)[0]
     write_png(tmp_path / "train" / "masks" / "img1.png", np.zeros((4, 4), np.uint8))
     with pytest.raises(DataError, match=r"img1\.png is \(4, 4\) but image .*img1\.png is \(8, 8\)"):
@@ -195,7 +198,7 @@ def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path
             image, mask = split[index]
             assert image.shape == (3, 16, 16) and mask.shape == (16, 16)
     evaluation = build_split(cfg, "train", train=False)
-    image, mask, full_mask = evaluation[0]
+    image, full_mask = evaluation[0]
     assert image.shape == (3, 16, 16) and full_mask.shape == (10, 14)
     assert torch.allclose(image[:, 0, 0], torch.full((3,), (200 / 255 - 0.5) / 0.25), atol=1e-5)
     assert isinstance(evaluation, SegmentationSplit)

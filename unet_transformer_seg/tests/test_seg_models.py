@@ -3,7 +3,7 @@ import torch
 
 from unet_transformer_seg.checks import assert_shape, parameters_without_gradient
 from unet_transformer_seg.config import load_config
-from unet_transformer_seg.errors import NonFiniteError, ShapeError
+from unet_transformer_seg.errors import ContractError, NonFiniteError, ShapeError, UserError
 from unet_transformer_seg.models import UNet, UNetTransformer, build_model
 from unet_transformer_seg.models.unet import ConvBlock
 from unet_transformer_seg.models.transformer import (
@@ -39,10 +39,21 @@ def test_sizes_the_network_cannot_take_give_a_clear_error():
         model(torch.randn(1, 3, 20, 36))
     with pytest.raises(ShapeError, match=r"model input: dim 1 must be 3"):
         model(torch.randn(1, 1, 16, 16))
+    assert issubclass(ShapeError, UserError)  # what a caller passes in is the caller's to fix
+
+
+def test_finiteness_checks_run_only_when_installed():
+    from unet_transformer_seg.checks import install_nonfinite_hooks
+
+    model = UNet(in_channels=3, out_channels=2, base_channels=4, depth=2)
     bad = torch.randn(1, 3, 16, 16)
     bad[0, 0, 0, 0] = float("nan")
+    assert torch.isnan(model(bad)).any()  # no check (and no host sync) on the hot path
+    handles = install_nonfinite_hooks(model)  # what run.debug_checks installs
     with pytest.raises(NonFiniteError, match="model input holds 1 NaN"):
         model(bad)
+    for handle in handles:
+        handle.remove()
 
 
 def test_build_model_from_config():
@@ -106,8 +117,9 @@ def test_block_feedforward_and_bottleneck_shapes():
     for norm in ("batch", "group"):
         assert ConvBlock(8, 12, norm)(feature_map).shape == (2, 12, 3, 4)
     assert TransformerBottleneck(8, 2, 2, 2.0, 0.0)(feature_map).shape == (2, 8, 3, 4)
-    with pytest.raises(ShapeError, match="attention key: dim 2"):
+    with pytest.raises(ContractError, match="attention key: dim 2"):  # internal: a bug, not a user error
         MultiHeadAttention(8, 2)(x, torch.randn(2, 5, 6))
+    assert not issubclass(ContractError, UserError)
 
 
 def test_positional_encoding_2d():
@@ -135,10 +147,10 @@ def test_activation_checkpointing_gives_the_same_gradients():
 def test_assert_shape_binds_symbols():
     dims = assert_shape(torch.zeros(2, 3, 4), "B,T,D")
     assert dims == {"B": 2, "T": 3, "D": 4}
-    with pytest.raises(ShapeError, match=r"y: dim 0 \(B\) must be 2"):
+    with pytest.raises(ContractError, match=r"y: dim 0 \(B\) must be 2"):
         assert_shape(torch.zeros(3, 4), "B,D", name="y", dims=dims)
     with pytest.raises(ShapeError, match="expected 2 dims"):
-        assert_shape(torch.zeros(3), "B,D")
+        assert_shape(torch.zeros(3), "B,D", error=ShapeError)
 
 
 def test_nonfinite_hooks_name_the_first_bad_module():

@@ -9,7 +9,7 @@ a later shape hides an earlier one in both image and mask.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -34,10 +34,12 @@ def _distinct_colour(rng: np.random.Generator, background: np.ndarray) -> np.nda
     return colour
 
 
-def _shape_mask(kind: int, rng: np.random.Generator, size: int, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
-    """Boolean [H, W] mask of one shape with random size, position (and orientation for triangles)."""
-    radius = rng.uniform(0.10, 0.22) * size
-    cy, cx = rng.uniform(radius, size - radius, size=2)
+def _shape_mask(kind: int, rng: np.random.Generator, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """Boolean [H, W] mask of one shape with random size (relative to the shorter side), position (and orientation
+    for triangles)."""
+    height, width = ys.shape
+    radius = rng.uniform(0.10, 0.22) * min(height, width)
+    cy, cx = rng.uniform(radius, [height - radius, width - radius])
     if kind == 1:  # circle
         return (ys - cy) ** 2 + (xs - cx) ** 2 <= radius**2
     if kind == 2:  # axis-aligned square with half side `radius * 0.85`
@@ -55,18 +57,18 @@ def _shape_mask(kind: int, rng: np.random.Generator, size: int, ys: np.ndarray, 
 
 
 def generate_sample(
-    seed: int, split_id: int, index: int, image_size: int, max_shapes: int, noise_std: float
+    seed: int, split_id: int, index: int, height: int, width: int, max_shapes: int, noise_std: float
 ) -> Tuple[np.ndarray, np.ndarray]:
     """One sample: image [H, W, 3] float32 in [0, 1] and mask [H, W] int64 with class ids 0..3."""
     rng = np.random.default_rng([seed, split_id, index])
-    ys, xs = np.meshgrid(np.arange(image_size) + 0.5, np.arange(image_size) + 0.5, indexing="ij")
+    ys, xs = np.meshgrid(np.arange(height) + 0.5, np.arange(width) + 0.5, indexing="ij")  # [H, W] each
     background = rng.uniform(0.0, 1.0, size=3)
     tilt = rng.uniform(-0.15, 0.15, size=(2, 3))  # a gentle colour gradient over the image
-    image = background + (ys / image_size - 0.5)[..., None] * tilt[0] + (xs / image_size - 0.5)[..., None] * tilt[1]
-    mask = np.zeros((image_size, image_size), dtype=np.int64)
+    image = background + (ys / height - 0.5)[..., None] * tilt[0] + (xs / width - 0.5)[..., None] * tilt[1]
+    mask = np.zeros((height, width), dtype=np.int64)
     for _ in range(int(rng.integers(1, max_shapes + 1))):
         kind = int(rng.integers(1, 4))
-        region = _shape_mask(kind, rng, image_size, ys, xs)
+        region = _shape_mask(kind, rng, ys, xs)
         image[region] = _distinct_colour(rng, background)
         mask[region] = kind
     image = image + rng.normal(0.0, noise_std, size=image.shape)
@@ -74,7 +76,10 @@ def generate_sample(
 
 
 class ToyShapesDataset(torch.utils.data.Dataset):
-    """Items: image [C, H, W] float32 in [0, 1] (C = in_channels), mask [H, W] int64 in [0, num_classes)."""
+    """Items: image [C, H, W] float32 in [0, 1] (C = in_channels), mask [H, W] int64 in [0, num_classes).
+
+    Square images of `image_size`, or with `sizes` item i is sizes[i % len(sizes)] (shapes scale with the shorter
+    side), for a set of mixed sizes and aspect ratios."""
 
     def __init__(
         self,
@@ -86,6 +91,7 @@ class ToyShapesDataset(torch.utils.data.Dataset):
         binary: bool = False,
         max_shapes: int = 3,
         noise_std: float = 0.05,
+        sizes: Optional[Sequence[Tuple[int, int]]] = None,
     ):
         self.size = size
         self.image_size = image_size
@@ -96,6 +102,15 @@ class ToyShapesDataset(torch.utils.data.Dataset):
         self.max_shapes = max_shapes
         self.noise_std = noise_std
         self.num_classes = 2 if binary else len(CLASS_NAMES)
+        self.sizes = list(sizes) if sizes else [(image_size, image_size)]
+
+    @classmethod
+    def from_config(cls, cfg, split: str, sizes: Optional[Sequence[Tuple[int, int]]] = None) -> "ToyShapesDataset":
+        """The toy split a config describes (data.*_size images of data.image_size, or of `sizes` in turn)."""
+        data = cfg.data
+        count = {"train": data.train_size, "val": data.val_size, "test": data.test_size}[split]
+        return cls(count, data.image_size, cfg.run.seed, split, data.in_channels, data.binary, data.max_shapes,
+                   data.noise_std, sizes)
 
     def __len__(self) -> int:
         return self.size
@@ -104,12 +119,20 @@ class ToyShapesDataset(torch.utils.data.Dataset):
         if not 0 <= index < self.size:
             raise IndexError(f"index {index} out of range for {self.size} toy images")
         image, mask = generate_sample(
-            self.seed, self.split_id, index, self.image_size, self.max_shapes, self.noise_std
+            self.seed, self.split_id, index, *self.size_of(index), self.max_shapes, self.noise_std
         )
         if self.binary:
             mask = (mask > 0).astype(np.int64)
         image_t = convert_channels(torch.from_numpy(image).permute(2, 0, 1), self.in_channels)  # [C, H, W]
         return image_t, torch.from_numpy(mask)
+
+    def read_mask(self, index: int) -> torch.Tensor:
+        """The mask of item `index`, [H, W] int64."""
+        return self[index][1]
+
+    def size_of(self, index: int) -> Tuple[int, int]:
+        """(height, width) of item `index`: image_size square, or the sizes given, in turn."""
+        return self.sizes[index % len(self.sizes)]
 
     def name(self, index: int) -> str:
         return f"toy_{index:06d}"
