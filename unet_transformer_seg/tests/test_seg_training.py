@@ -67,7 +67,8 @@ def test_cli_training_run_writes_every_promised_file(tmp_path):
                         "--out", str(out_json), "--save-predictions", str(predictions))
     assert result.returncode == 0, result.stderr
     scores = json.loads(out_json.read_text())
-    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images"} <= set(scores)
+    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images",
+            "mean_dice_per_image", "mean_iou_per_image", "hd95", "per_class_hd95"} <= set(scores)
     assert scores["num_images"] == 8 and len(scores["per_class_dice"]) == 4
     saved_masks = sorted(path for path in predictions.glob("*.png") if not path.stem.endswith("_overlay"))
     assert len(saved_masks) == 8 and read_mask(saved_masks[0], 4).shape == (16, 16)
@@ -75,10 +76,12 @@ def test_cli_training_run_writes_every_promised_file(tmp_path):
 
     image_path = tmp_path / "photo.png"
     write_png(image_path, np.random.default_rng(0).integers(0, 256, (20, 28, 3)).astype(np.uint8))
-    result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir", str(tmp_path / "p"))
-    assert result.returncode == 0, result.stderr
-    assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
-    assert (tmp_path / "p" / "photo_overlay.png").is_file()
+    for extra in ([], ["--tiles", "--tta", "flip", "--tile-overlap", "0.5", "--tile-batch", "3"]):
+        result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir",
+                            str(tmp_path / "p"), *extra)
+        assert result.returncode == 0, result.stderr
+        assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
+        assert (tmp_path / "p" / "photo_overlay.png").is_file()
 
 
 def _final_weights(tmp_path, *overrides):

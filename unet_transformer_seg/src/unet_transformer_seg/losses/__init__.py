@@ -48,25 +48,33 @@ def _pixel_weights(
     return weights if class_weights is None else weights * class_weights.float()[safe_target]
 
 
-def _dice_per_class(probs: torch.Tensor, target_1hot: torch.Tensor, smooth: float) -> torch.Tensor:
-    """probs, target_1hot: [B, K, H, W] (zero at ignored pixels) -> [K] soft Dice, sums over B, H, W."""
-    dims = (0, 2, 3)
-    intersection = (probs * target_1hot).sum(dims)  # [K]
-    total = probs.sum(dims) + target_1hot.sum(dims)  # [K]
-    return (2.0 * intersection + smooth) / (total + smooth)
+def _dice_per_class(intersection: torch.Tensor, predicted: torch.Tensor, true: torch.Tensor,
+                    smooth: float) -> torch.Tensor:
+    """[K] sums over the valid pixels of a batch -> [K] soft Dice (2 I + s) / (|P| + |G| + s)."""
+    return (2.0 * intersection + smooth) / (predicted + true + smooth)
 
 
 def soft_dice_loss(
     logits: torch.Tensor, target: torch.Tensor, include_background: bool = True, smooth: float = 1.0
 ) -> torch.Tensor:
-    """Multi-class soft Dice on softmax probabilities, averaged over classes (0..K-1, or 1..K-1)."""
+    """Multi-class soft Dice on softmax probabilities, averaged over classes (0..K-1, or 1..K-1).
+
+    The per-class sums without a one-hot target: the intersection adds each valid pixel's probability of its true
+    class into that class's bin, |G| counts the valid pixels of each class, |P| sums the probabilities over the
+    valid pixels.
+    """
     dims = assert_shape(logits, "B,K,H,W", name="dice logits")
     assert_shape(target, "B,H,W", name="dice target", dims=dims)
+    num_classes = dims["K"]
     valid, safe_target = _valid_target(target)
-    valid_1 = valid.unsqueeze(1).float()  # [B, 1, H, W]
-    probs = torch.softmax(logits.float(), dim=1) * valid_1  # [B, K, H, W]
-    target_1hot = F.one_hot(safe_target, dims["K"]).permute(0, 3, 1, 2).float() * valid_1  # [B, K, H, W]
-    dice = _dice_per_class(probs, target_1hot, smooth)  # [K]
+    weight = valid.float()  # [B, H, W], 0 at ignored pixels
+    probs = torch.softmax(logits.float(), dim=1)  # [B, K, H, W]
+    true_class_probs = probs.gather(1, safe_target.unsqueeze(1)).squeeze(1) * weight  # [B, H, W]
+    classes = safe_target.reshape(-1)
+    intersection = torch.zeros(num_classes, device=logits.device).index_add(0, classes, true_class_probs.reshape(-1))
+    true = torch.bincount(classes, weights=weight.reshape(-1), minlength=num_classes).float()  # [K]
+    predicted = (probs * weight.unsqueeze(1)).sum(dim=(0, 2, 3))  # [K]
+    dice = _dice_per_class(intersection, predicted, true, smooth)  # [K]
     return 1.0 - (dice if include_background else dice[1:]).mean()
 
 
@@ -75,9 +83,11 @@ def binary_dice_loss(logits: torch.Tensor, target: torch.Tensor, smooth: float =
     dims = assert_shape(logits, "B,1,H,W", name="binary dice logits")
     assert_shape(target, "B,H,W", name="binary dice target", dims=dims)
     valid, safe_target = _valid_target(target)
-    valid_1 = valid.unsqueeze(1).float()  # [B, 1, H, W]
-    probs = torch.sigmoid(logits.float()) * valid_1  # [B, 1, H, W]
-    return 1.0 - _dice_per_class(probs, safe_target.unsqueeze(1).float() * valid_1, smooth).mean()
+    weight = valid.float()  # [B, H, W]
+    probs = torch.sigmoid(logits[:, 0].float()) * weight  # [B, H, W], foreground probability, 0 at ignored
+    foreground = safe_target.float() * weight  # [B, H, W]
+    dice = _dice_per_class((probs * foreground).sum(), probs.sum(), foreground.sum(), smooth)
+    return 1.0 - dice
 
 
 def cross_entropy_loss(
