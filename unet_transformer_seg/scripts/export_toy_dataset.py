@@ -2,13 +2,14 @@
 
     python scripts/export_toy_dataset.py --out data/toy_folder [--config configs/quick.yaml]
                                          [--train-size N] [--val-size N] [--test-size N] [--palette]
-                                         [--sizes 97x211,640x480,1500x1000]
+                                         [--sizes 97x211,640x480,1500x1000] [--shape-size 64]
 
 Creates OUT/{train,val,test}/images/toy_NNNNNN.png and OUT/{train,val,test}/masks/toy_NNNNNN.png. Masks are
 single-channel class ids, or with --palette RGB colours (the palette to put in data.palette is printed). With
 --sizes the images take the listed HEIGHTxWIDTH sizes in turn (a set of mixed sizes and aspect ratios); otherwise
-they are data.image_size squares. Sizes, seed, image size and classes come from the config's data/run sections
-unless overridden here.
+they are data.image_size squares. --shape-size fixes the shapes' size in pixels (as on a square image of that side),
+so that larger images hold smaller-looking objects, as in photographs and scans. Sizes, seed, image size and classes
+come from the config's data/run sections unless overridden here.
 """
 
 import argparse
@@ -45,12 +46,16 @@ def parse_args(argv=None):
     parser.add_argument("--test-size", type=int)
     parser.add_argument("--palette", action="store_true", help="write RGB colour masks instead of class ids")
     parser.add_argument("--sizes", help="HEIGHTxWIDTH,... image sizes used in turn (default: image_size squares)")
+    parser.add_argument("--shape-size", type=int, help="shapes as large in pixels as on a SHAPE_SIZE square image "
+                        "(default: they scale with each image)")
     return parser.parse_args(argv)
 
 
 def main() -> int:
     args = parse_args()
     sizes = parse_sizes(args.sizes) if args.sizes else None
+    if args.shape_size is not None and args.shape_size < 8:
+        raise ConfigError(f"--shape-size must be >= 8, got {args.shape_size}")
     overrides = list(args.overrides) + ["data.kind=toy"]
     for split in ("train", "val", "test"):
         size = getattr(args, f"{split}_size")
@@ -60,7 +65,7 @@ def main() -> int:
     colours = class_colours(cfg.data.num_classes)
     root = Path(args.out)
     for split in ("train", "val", "test"):
-        dataset = ToyShapesDataset.from_config(cfg, split, sizes)
+        dataset = ToyShapesDataset.from_config(cfg, split, sizes, args.shape_size)
         image_dir, mask_dir = root / split / "images", root / split / "masks"
         image_dir.mkdir(parents=True, exist_ok=True)
         mask_dir.mkdir(parents=True, exist_ok=True)

@@ -51,6 +51,18 @@ def test_toy_covers_all_classes_and_binary_mode():
     assert ToyShapesDataset(2, 32, in_channels=1)[0][0].shape == (1, 32, 32)
 
 
+def test_mixed_sizes_and_fixed_pixel_shape_sizes():
+    relative = ToyShapesDataset(4, 64, seed=0, sizes=[(64, 64), (97, 211)])
+    fixed = ToyShapesDataset(4, 64, seed=0, sizes=[(64, 64), (97, 211)], shape_size=64)
+    assert relative[1][0].shape == (3, 97, 211) and relative[2][1].shape == (64, 64)
+    assert relative.size_of(3) == (97, 211)
+    assert torch.equal(fixed[0][1], relative[0][1])  # on a 64x64 image, shape_size 64 changes nothing
+    big_relative = ToyShapesDataset(8, 64, seed=0, sizes=[(256, 256)])
+    big_fixed = ToyShapesDataset(8, 64, seed=0, sizes=[(256, 256)], shape_size=64)
+    area = [sum(float((dataset[i][1] > 0).float().mean()) for i in range(8)) for dataset in (big_relative, big_fixed)]
+    assert area[1] < area[0] / 8  # same pixel size on a 16x larger image: a far smaller share of it
+
+
 # ---------- transforms ----------
 
 def _coded_pair(height=12, width=12):
@@ -152,7 +164,8 @@ def test_folder_errors_name_the_file(tmp_path: Path):
     with pytest.raises(DataError, match=r"img2\.png has no mask"):
         FolderDataset(tmp_path, "train", 3, 2)
     _write_folder(tmp_path, mask_values=(0, 5))
-    with pytest.raises(DataError, match=r"img0\.png holds class id 5 at \(row \d+, col \d+\), but data.num_classes = 2"):
+    message = r"img0\.png holds class id 5 at \(row \d+, col \d+\), but data.num_classes = 2"
+    with pytest.raises(DataError, match=message):
         FolderDataset(tmp_path, "train", 3, 2)[0]
     write_png(tmp_path / "train" / "masks" / "img1.png", np.zeros((4, 4), np.uint8))
     with pytest.raises(DataError, match=r"img1\.png is \(4, 4\) but image .*img1\.png is \(8, 8\)"):

@@ -108,7 +108,8 @@ def _ids_from_palette(rgb: np.ndarray, palette: Sequence[Sequence[int]], path: P
     known = sorted_codes[position] == codes
     if not known.all():
         row, col = (int(v) for v in np.argwhere(~known)[0])
-        raise DataError(f"mask {path} has colour {rgb[row, col].tolist()} at (row {row}, col {col}) not in data.palette")
+        colour = rgb[row, col].tolist()
+        raise DataError(f"mask {path} has colour {colour} at (row {row}, col {col}) not in data.palette")
     return order[position].astype(np.int64)
 
 

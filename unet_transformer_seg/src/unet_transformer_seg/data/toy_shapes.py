@@ -34,11 +34,18 @@ def _distinct_colour(rng: np.random.Generator, background: np.ndarray) -> np.nda
     return colour
 
 
-def _shape_mask(kind: int, rng: np.random.Generator, ys: np.ndarray, xs: np.ndarray) -> np.ndarray:
-    """Boolean [H, W] mask of one shape with random size (relative to the shorter side), position (and orientation
-    for triangles)."""
+def _shape_mask(
+    kind: int, rng: np.random.Generator, ys: np.ndarray, xs: np.ndarray, shape_size: Optional[int]
+) -> np.ndarray:
+    """Boolean [H, W] mask of one shape with random size, position (and orientation for triangles).
+
+    The radius is 0.10..0.22 of the shorter side, or of `shape_size` pixels when given (shapes of the same pixel
+    size whatever the image size, at most 0.45 of the shorter side)."""
     height, width = ys.shape
-    radius = rng.uniform(0.10, 0.22) * min(height, width)
+    if shape_size is None:
+        radius = rng.uniform(0.10, 0.22) * min(height, width)
+    else:
+        radius = min(rng.uniform(0.10, 0.22) * shape_size, 0.45 * min(height, width))
     cy, cx = rng.uniform(radius, [height - radius, width - radius])
     if kind == 1:  # circle
         return (ys - cy) ** 2 + (xs - cx) ** 2 <= radius**2
@@ -57,9 +64,11 @@ def _shape_mask(kind: int, rng: np.random.Generator, ys: np.ndarray, xs: np.ndar
 
 
 def generate_sample(
-    seed: int, split_id: int, index: int, height: int, width: int, max_shapes: int, noise_std: float
+    seed: int, split_id: int, index: int, height: int, width: int, max_shapes: int, noise_std: float,
+    shape_size: Optional[int] = None,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """One sample: image [H, W, 3] float32 in [0, 1] and mask [H, W] int64 with class ids 0..3."""
+    """One sample: image [H, W, 3] float32 in [0, 1] and mask [H, W] int64 with class ids 0..3 (shape sizes as
+    `_shape_mask` says)."""
     rng = np.random.default_rng([seed, split_id, index])
     ys, xs = np.meshgrid(np.arange(height) + 0.5, np.arange(width) + 0.5, indexing="ij")  # [H, W] each
     background = rng.uniform(0.0, 1.0, size=3)
@@ -68,7 +77,7 @@ def generate_sample(
     mask = np.zeros((height, width), dtype=np.int64)
     for _ in range(int(rng.integers(1, max_shapes + 1))):
         kind = int(rng.integers(1, 4))
-        region = _shape_mask(kind, rng, ys, xs)
+        region = _shape_mask(kind, rng, ys, xs, shape_size)
         image[region] = _distinct_colour(rng, background)
         mask[region] = kind
     image = image + rng.normal(0.0, noise_std, size=image.shape)
@@ -78,8 +87,8 @@ def generate_sample(
 class ToyShapesDataset(torch.utils.data.Dataset):
     """Items: image [C, H, W] float32 in [0, 1] (C = in_channels), mask [H, W] int64 in [0, num_classes).
 
-    Square images of `image_size`, or with `sizes` item i is sizes[i % len(sizes)] (shapes scale with the shorter
-    side), for a set of mixed sizes and aspect ratios."""
+    Square images of `image_size`, or with `sizes` item i is sizes[i % len(sizes)], for a set of mixed sizes and
+    aspect ratios; shapes scale with the shorter side, or have the pixel size of a `shape_size` square image."""
 
     def __init__(
         self,
@@ -92,6 +101,7 @@ class ToyShapesDataset(torch.utils.data.Dataset):
         max_shapes: int = 3,
         noise_std: float = 0.05,
         sizes: Optional[Sequence[Tuple[int, int]]] = None,
+        shape_size: Optional[int] = None,
     ):
         self.size = size
         self.image_size = image_size
@@ -103,14 +113,16 @@ class ToyShapesDataset(torch.utils.data.Dataset):
         self.noise_std = noise_std
         self.num_classes = 2 if binary else len(CLASS_NAMES)
         self.sizes = list(sizes) if sizes else [(image_size, image_size)]
+        self.shape_size = shape_size
 
     @classmethod
-    def from_config(cls, cfg, split: str, sizes: Optional[Sequence[Tuple[int, int]]] = None) -> "ToyShapesDataset":
+    def from_config(cls, cfg, split: str, sizes: Optional[Sequence[Tuple[int, int]]] = None,
+                    shape_size: Optional[int] = None) -> "ToyShapesDataset":
         """The toy split a config describes (data.*_size images of data.image_size, or of `sizes` in turn)."""
         data = cfg.data
         count = {"train": data.train_size, "val": data.val_size, "test": data.test_size}[split]
         return cls(count, data.image_size, cfg.run.seed, split, data.in_channels, data.binary, data.max_shapes,
-                   data.noise_std, sizes)
+                   data.noise_std, sizes, shape_size)
 
     def __len__(self) -> int:
         return self.size
@@ -119,7 +131,7 @@ class ToyShapesDataset(torch.utils.data.Dataset):
         if not 0 <= index < self.size:
             raise IndexError(f"index {index} out of range for {self.size} toy images")
         image, mask = generate_sample(
-            self.seed, self.split_id, index, *self.size_of(index), self.max_shapes, self.noise_std
+            self.seed, self.split_id, index, *self.size_of(index), self.max_shapes, self.noise_std, self.shape_size
         )
         if self.binary:
             mask = (mask > 0).astype(np.int64)
