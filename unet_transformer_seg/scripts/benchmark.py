@@ -14,8 +14,6 @@ import argparse
 import json
 from pathlib import Path
 
-import _bootstrap  # noqa: F401
-
 from unet_transformer_seg.benchmarking import EVAL_VARIANTS, evaluation_benchmark, training_benchmark
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.config import load_config

@@ -15,12 +15,9 @@ come from the config's data/run sections unless overridden here.
 import argparse
 from pathlib import Path
 
-import _bootstrap  # noqa: F401
-
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.config import load_config
-from unet_transformer_seg.data.image_io import image_to_uint8, write_png
-from unet_transformer_seg.data.toy_shapes import ToyShapesDataset
+from unet_transformer_seg.data.toy_shapes import export_toy_folder
 from unet_transformer_seg.errors import ConfigError
 from unet_transformer_seg.labels import class_colours
 
@@ -62,22 +59,11 @@ def main() -> int:
         if size is not None:
             overrides.append(f"data.{split}_size={size}")
     cfg = load_config(args.config, overrides)
-    colours = class_colours(cfg.data.num_classes)
-    root = Path(args.out)
-    for split in ("train", "val", "test"):
-        dataset = ToyShapesDataset.from_config(cfg, split, sizes, args.shape_size)
-        image_dir, mask_dir = root / split / "images", root / split / "masks"
-        image_dir.mkdir(parents=True, exist_ok=True)
-        mask_dir.mkdir(parents=True, exist_ok=True)
-        for index in range(len(dataset)):
-            image, mask = dataset[index]  # [C, H, W], [H, W]
-            name = dataset.name(index)
-            write_png(image_dir / f"{name}.png", image_to_uint8(image))
-            mask_pixels = colours[mask.numpy()] if args.palette else mask.numpy().astype("uint8")
-            write_png(mask_dir / f"{name}.png", mask_pixels)
-        print(f"{split}: {len(dataset)} images -> {root / split}")
+    counts = export_toy_folder(cfg, Path(args.out), sizes, args.shape_size, colour_masks=args.palette)
+    for split, count in counts.items():
+        print(f"{split}: {count} images -> {Path(args.out) / split}")
     if args.palette:
-        print("data.palette: " + str(colours.tolist()))
+        print("data.palette: " + str(class_colours(cfg.data.num_classes).tolist()))
     return 0
 
 

@@ -11,12 +11,10 @@ the class ids and whose palette shows the classes in colour.
 import argparse
 from pathlib import Path
 
-import _bootstrap  # noqa: F401
-
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.data.image_io import IMAGE_SUFFIXES, read_image, write_label_png, write_png
-from unet_transformer_seg.inference import TTA_CHOICES, InferenceOptions, Segmenter, load_trained_model, overlay
-from unet_transformer_seg.training.loop import resolve_device
+from unet_transformer_seg.inference import InferenceOptions, Segmenter, load_trained_model, overlay
+from unet_transformer_seg.runtime import resolve_device
 
 
 def parse_args(argv=None):
@@ -24,16 +22,13 @@ def parse_args(argv=None):
     parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
     parser.add_argument("images", nargs="+", help=f"image files ({', '.join(IMAGE_SUFFIXES)})")
     parser.add_argument("--out-dir", default="predictions", help="output folder (default: predictions)")
-    parser.add_argument("--tiles", action="store_true", help="sliding windows at native size even in resize mode")
-    parser.add_argument("--tile-overlap", type=float, default=0.25, help="overlap of neighbouring windows, [0, 1)")
-    parser.add_argument("--tile-batch", type=int, help="windows per forward pass (default: train.eval_batch_size)")
-    parser.add_argument("--tta", default="none", choices=TTA_CHOICES, help="flip: average over h/v flips")
+    InferenceOptions.add_arguments(parser)
     return parser.parse_args(argv)
 
 
 def main() -> int:
     args = parse_args()
-    options = InferenceOptions(args.tiles, args.tile_overlap, args.tile_batch, args.tta)
+    options = InferenceOptions.from_arguments(args)
     model, cfg = load_trained_model(args.checkpoint)
     segmenter = Segmenter(model.to(resolve_device(cfg.run.device)), cfg, options)
     out_dir = Path(args.out_dir)

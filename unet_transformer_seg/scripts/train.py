@@ -10,8 +10,6 @@ The last line on stdout is the run folder. With --resume the config stored in th
 import argparse
 import sys
 
-import _bootstrap  # noqa: F401
-
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.config import apply_overrides, config_from_dict, load_config
 from unet_transformer_seg.errors import ConfigError

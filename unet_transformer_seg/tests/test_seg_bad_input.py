@@ -82,6 +82,9 @@ CASES = [
      "--tile-overlap must be in [0, 1), got 1.0"),
     ("tile batch of 0", lambda t: ["predict.py", "--checkpoint", str(t / "x.pt"), "a.png", "--tile-batch", "0"],
      "--tile-batch must be >= 1, got 0"),
+    ("benchmark without rounds", lambda t: ["benchmark.py", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+    ("mixed sizes written wrong", lambda t: ["export_toy_dataset.py", "--out", str(t / "x"), "--sizes", "97by211"],
+     "--sizes must look like 97x211,640x480"),
     ("missing checkpoint", lambda t: ["eval.py", "--checkpoint", str(t / "nothing.pt")], "checkpoint or run folder"),
     ("foreign checkpoint", lambda t: ["eval.py", "--checkpoint", str(_foreign_checkpoint(t / "other.pt"))],
      "is not a unet_transformer_seg checkpoint"),
@@ -97,7 +100,6 @@ FOUND_DURING_TRAINING = {"class id beyond num_classes", "VOC void without ignore
 
 def run_in_process(script: str, args, monkeypatch, capsys):
     monkeypatch.chdir(PROJECT_DIR)
-    monkeypatch.syspath_prepend(str(SCRIPTS_DIR))
     monkeypatch.setattr(sys, "argv", [str(SCRIPTS_DIR / script), *args])
     with pytest.raises(SystemExit) as info:  # any other exception is a crash and fails the test
         runpy.run_path(str(SCRIPTS_DIR / script), run_name="__main__")

@@ -1,4 +1,4 @@
-"""scripts/benchmark.py: both modes write the promised JSON; bad counts are user errors."""
+"""scripts/benchmark.py: both modes write the promised JSON (bad counts: the table in test_seg_bad_input.py)."""
 
 import json
 
@@ -35,7 +35,3 @@ def test_train_mode_reports_every_model(tmp_path):
     assert set(summary["models"]) == {"unet", "unet_transformer_explicit", "unet_transformer_sdpa"}
     assert summary["sdpa_over_explicit_throughput"] > 0
 
-
-def test_counts_below_one_are_refused():
-    result = run_script("benchmark.py", "--rounds", "0")
-    assert result.returncode == 2 and "error: --rounds must be >= 1, got 0" in result.stderr

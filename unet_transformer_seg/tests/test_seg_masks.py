@@ -14,8 +14,6 @@ from unet_transformer_seg.labels import IGNORE_LABEL, class_colours
 from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.training.evaluate import evaluate, evaluation_split
 
-from seg_helpers import TINY_OVERRIDES  # noqa: F401  (one torch thread for the suite)
-
 IDS = np.array([[0, 1, 2, 3, 3], [3, 2, 1, 0, 0], [1, 1, 3, 2, 0]])
 PALETTE = [[0, 0, 0], [200, 30, 30], [30, 200, 30], [30, 30, 200]]
 

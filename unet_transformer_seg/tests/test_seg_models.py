@@ -84,12 +84,12 @@ def test_sdpa_path_equals_explicit_path():
     x = torch.randn(3, 9, 16, requires_grad=True)
     mask = torch.rand(9, 9) > 0.5
     mask.fill_diagonal_(True)
-    for m in (None, mask):
-        a, b = explicit(x, mask=m), fused(x, mask=m)
-        assert torch.allclose(a, b, atol=1e-5)
-        grad_a, = torch.autograd.grad(a.sum(), x)
-        grad_b, = torch.autograd.grad(b.sum(), x)
-        assert torch.allclose(grad_a, grad_b, atol=1e-5)
+    for attention_mask in (None, mask):
+        out_explicit, out_fused = explicit(x, mask=attention_mask), fused(x, mask=attention_mask)
+        assert torch.allclose(out_explicit, out_fused, atol=1e-5)
+        grad_explicit, = torch.autograd.grad(out_explicit.sum(), x)
+        grad_fused, = torch.autograd.grad(out_fused.sum(), x)
+        assert torch.allclose(grad_explicit, grad_fused, atol=1e-5)
     model_a = small_transformer(attention="explicit").eval()
     model_b = small_transformer(attention="sdpa").eval()
     model_b.load_state_dict(model_a.state_dict())

@@ -26,7 +26,7 @@ from .inference import InferenceOptions, Segmenter
 from .labels import logits_to_labels
 from .losses import build_loss
 from .models import build_model
-from .training.loop import resolve_device, seed_everything
+from .runtime import apply_num_threads, resolve_device, seed_everything
 
 TRAIN_VARIANTS = {
     "unet": ["model.type=unet"],
@@ -52,8 +52,7 @@ def _memory_report(device: torch.device, rss_before_kib: int) -> Dict[str, float
 
 def _setup(config_path, overrides):
     cfg = load_config(config_path, overrides)
-    if cfg.run.num_threads is not None:
-        torch.set_num_threads(cfg.run.num_threads)
+    apply_num_threads(cfg.run.num_threads)
     seed_everything(cfg.run.seed)
     return cfg, resolve_device(cfg.run.device)
 

@@ -25,6 +25,7 @@ from typing import Iterator, Optional, Tuple
 import numpy as np
 import torch
 
+from .checks import install_nonfinite_hooks
 from .config import Config, config_from_dict
 from .data.transforms import cover_size, normalize, resize_image, resize_logits
 from .errors import CheckpointError, ConfigError
@@ -46,6 +47,18 @@ class InferenceOptions:
     tile_batch: Optional[int] = None
     tta: str = "none"
 
+    @staticmethod
+    def add_arguments(parser) -> None:
+        """The command-line flags of eval.py and predict.py: --tiles, --tile-overlap, --tile-batch, --tta."""
+        parser.add_argument("--tiles", action="store_true", help="sliding windows at native size even in resize mode")
+        parser.add_argument("--tile-overlap", type=float, default=0.25, help="overlap of neighbouring windows, [0, 1)")
+        parser.add_argument("--tile-batch", type=int, help="windows per forward pass (default: train.eval_batch_size)")
+        parser.add_argument("--tta", default="none", choices=TTA_CHOICES, help="flip: average over h/v flips")
+
+    @classmethod
+    def from_arguments(cls, args) -> "InferenceOptions":
+        return cls(args.tiles, args.tile_overlap, args.tile_batch, args.tta)
+
     def __post_init__(self):
         if not 0.0 <= self.tile_overlap < 1.0:
             raise ConfigError(f"--tile-overlap must be in [0, 1), got {self.tile_overlap}")
@@ -56,7 +69,8 @@ class InferenceOptions:
 
 
 def load_trained_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> Tuple[torch.nn.Module, Config]:
-    """Model in eval mode on `device` and its config, from a checkpoint file or a run folder (its last.pt)."""
+    """Model in eval mode on `device` and its config, from a checkpoint file or a run folder (its last.pt); with
+    `run.debug_checks` in the config, NaN/Inf hooks on every module."""
     path = resolve_checkpoint_path(checkpoint)
     state = load_checkpoint(path)
     try:
@@ -68,6 +82,8 @@ def load_trained_model(checkpoint: str | Path, device: str | torch.device = "cpu
         model.load_state_dict(state["model"])
     except RuntimeError as exc:
         raise CheckpointError(f"checkpoint {path} weights do not fit its config: {exc}") from None
+    if cfg.run.debug_checks:
+        install_nonfinite_hooks(model)
     return model.to(device).eval(), cfg
 
 

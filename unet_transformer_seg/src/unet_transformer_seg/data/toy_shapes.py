@@ -9,12 +9,14 @@ a later shape hides an earlier one in both image and mask.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from pathlib import Path
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .image_io import convert_channels
+from ..labels import class_colours
+from .image_io import convert_channels, image_to_uint8, write_png
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
 CLASS_NAMES = ("background", "circle", "square", "triangle")
@@ -148,3 +150,26 @@ class ToyShapesDataset(torch.utils.data.Dataset):
 
     def name(self, index: int) -> str:
         return f"toy_{index:06d}"
+
+
+def export_toy_folder(cfg, root: Path, sizes: Optional[Sequence[Tuple[int, int]]] = None,
+                      shape_size: Optional[int] = None, colour_masks: bool = False) -> Dict[str, int]:
+    """Write the toy train/val/test splits in the folder format (ROOT/<split>/images|masks/toy_NNNNNN.png), with
+    the `sizes` and `shape_size` of ToyShapesDataset.
+
+    Masks are 8-bit gray class ids, or RGB class colours (`class_colours`, the data.palette to use) with
+    `colour_masks`. Returns the number of images per split."""
+    colours = class_colours(cfg.data.num_classes)
+    counts = {}
+    for split in SPLIT_IDS:
+        dataset = ToyShapesDataset.from_config(cfg, split, sizes, shape_size)
+        image_dir, mask_dir = Path(root) / split / "images", Path(root) / split / "masks"
+        image_dir.mkdir(parents=True, exist_ok=True)
+        mask_dir.mkdir(parents=True, exist_ok=True)
+        for index in range(len(dataset)):
+            image, mask = dataset[index]  # [C, H, W], [H, W]
+            write_png(image_dir / f"{dataset.name(index)}.png", image_to_uint8(image))
+            ids = mask.numpy()
+            write_png(mask_dir / f"{dataset.name(index)}.png", colours[ids] if colour_masks else ids.astype(np.uint8))
+        counts[split] = len(dataset)
+    return counts

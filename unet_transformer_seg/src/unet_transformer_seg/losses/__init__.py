@@ -135,7 +135,7 @@ class SegmentationLoss(nn.Module):
             terms.append(cross_entropy_loss(logits, target, self.class_weights))
         if self.name in ("dice", "ce_dice"):
             terms.append(soft_dice_loss(logits, target, self.dice_include_background))
-        if self.name in ("bce", "bce_dice"):
+        if self.name in SIGMOID_LOSSES:
             terms.append(binary_cross_entropy_loss(logits, target, self.class_weights))
         if self.name == "bce_dice":
             terms.append(binary_dice_loss(logits, target))

@@ -24,17 +24,6 @@ from ..labels import IGNORE_LABEL
 from .hausdorff import hd95_per_class
 
 
-def confusion_matrix(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """pred, target: int64 of equal shape -> [N, N] int64, rows = true class, columns = predicted class.
-
-    Pixels whose target is IGNORE_LABEL are not counted."""
-    if pred.shape != target.shape:
-        raise ValueError(f"pred {list(pred.shape)} and target {list(target.shape)} differ in shape")
-    valid = target != IGNORE_LABEL
-    codes = target[valid] * num_classes + pred[valid]
-    return torch.bincount(codes, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
-
-
 def per_image_confusion(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
     """pred, target [B, H, W] int64 -> [B, N, N] int64, one confusion matrix per image (ignored pixels left out)."""
     batch = target.shape[0]

@@ -43,7 +43,7 @@ class ConvBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(x)  # [B, C_in, H, W] -> [B, C_out, H, W]
 
 
 class UNet(nn.Module):

@@ -9,17 +9,20 @@ such group of logits against the original masks, averaged with the group's numbe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import torch
 
 from ..config import Config
 from ..data.datasets import SegmentationSplit, build_split, eval_collate, size_grouped_batches
-from ..inference import InferenceOptions, Segmenter
+from ..data.image_io import write_label_png, write_png
+from ..inference import InferenceOptions, Segmenter, overlay
 from ..labels import logits_to_labels
 from ..losses import LossFn
 from ..metrics import SegmentationScores
 from .distributed import DistInfo, all_reduce_sum
+from .run_folder import write_csv
 
 PredictionCallback = Callable[[int, torch.Tensor], None]  # (dataset index, labels [H0, W0] int64 on the CPU)
 
@@ -85,3 +88,22 @@ def evaluate(
     loss_sum = all_reduce_sum(loss_sum, dist_info)
     summary = {"loss": float(loss_sum[0] / loss_sum[1]), **scores.compute(), "num_images": int(loss_sum[1])}
     return Evaluation(summary, scores.rows)
+
+
+def prediction_writer(out_dir: Path, dataset: SegmentationSplit, num_classes: int) -> PredictionCallback:
+    """A prediction callback writing STEM.png (indexed: pixel = class id) and STEM_overlay.png into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def write(index: int, labels: torch.Tensor) -> None:
+        stem = dataset.name(index)
+        write_label_png(out_dir / f"{stem}.png", labels, num_classes)
+        write_png(out_dir / f"{stem}_overlay.png", overlay(dataset.base[index][0], labels, num_classes))
+
+    return write
+
+
+def write_per_image_csv(path: Path, rows: List[Dict[str, object]], num_classes: int) -> None:
+    """stem, height, width, pixel_accuracy, then dice_k, iou_k, hd95_k per class; empty cells where undefined."""
+    columns = ["stem", "height", "width", "pixel_accuracy"] + [
+        f"{metric}_{class_id}" for class_id in range(num_classes) for metric in ("dice", "iou", "hd95")]
+    write_csv(path, rows, columns)

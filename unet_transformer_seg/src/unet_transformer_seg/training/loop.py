@@ -13,17 +13,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
-import random
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
@@ -35,6 +31,7 @@ from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
 from ..losses import build_loss
 from ..models import build_model
+from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
 from .checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from .distributed import (
     DistInfo, all_reduce_sum, barrier, broadcast_object, init_distributed, max_weight_difference_across_ranks,
@@ -53,25 +50,6 @@ RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_ep
 class TrainResult:
     run_dir: Path
     stopped_by_signal: Optional[int] = None
-
-
-def show_progress_bars() -> bool:
-    """Progress bars on an interactive terminal only (not in logs, CI or pipes)."""
-    return sys.stdout.isatty() and not os.environ.get("CI")
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("config key 'run.device' is cuda but no CUDA device is available")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def auto_class_weights(pixel_counts: torch.Tensor) -> List[float]:
@@ -157,8 +135,7 @@ class Trainer:
 
     def _build(self) -> None:
         cfg = self.cfg
-        if cfg.run.num_threads is not None:
-            torch.set_num_threads(cfg.run.num_threads)
+        apply_num_threads(cfg.run.num_threads)
         seed_everything(cfg.run.seed)
         self.train_set = build_split(cfg, "train", train=True)
         self.val_set = evaluation_split(cfg, "val")
