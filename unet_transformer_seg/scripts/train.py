@@ -28,7 +28,7 @@ def main() -> int:
     args = parse_args()
     resume_state = resume_path = None
     if args.resume:
-        from unet_transformer_seg.training.checkpointing import load_checkpoint, resolve_checkpoint_path
+        from unet_transformer_seg.checkpointing import load_checkpoint, resolve_checkpoint_path
 
         if args.config:
             raise ConfigError("give either --config or --resume (a resumed run uses the config in its checkpoint)")

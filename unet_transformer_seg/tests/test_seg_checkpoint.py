@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from unet_transformer_seg.errors import CheckpointError
-from unet_transformer_seg.training.checkpointing import (
+from unet_transformer_seg.checkpointing import (
     capture_rng_state, load_checkpoint, resolve_checkpoint_path, restore_rng_state, save_checkpoint,
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unet_transformer_seg.training.checkpointing import load_checkpoint
+from unet_transformer_seg.checkpointing import load_checkpoint
 
 from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, tiny_cli_args
 

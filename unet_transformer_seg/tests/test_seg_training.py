@@ -12,7 +12,7 @@ from unet_transformer_seg.data.toy_shapes import ToyShapesDataset
 from unet_transformer_seg.errors import ConfigError, NonFiniteError
 from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.models import build_model
-from unet_transformer_seg.training.checkpointing import load_checkpoint
+from unet_transformer_seg.checkpointing import load_checkpoint
 from unet_transformer_seg.training.distributed import DistInfo
 from unet_transformer_seg.training.loop import train
 from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS

@@ -32,7 +32,7 @@ from .errors import CheckpointError, ConfigError
 from .labels import class_colours, logits_to_labels
 from .models import build_model
 from .tiling import sliding_window_logits
-from .training.checkpointing import load_checkpoint, resolve_checkpoint_path
+from .checkpointing import load_checkpoint, resolve_checkpoint_path
 
 TTA_CHOICES = ("none", "flip")
 

@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
 
+from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from ..checks import install_nonfinite_hooks
 from ..config import Config, config_to_dict, save_config
 from ..data.datasets import build_split, class_pixel_counts
@@ -32,7 +33,6 @@ from ..inference import Segmenter
 from ..losses import build_loss
 from ..models import build_model
 from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
-from .checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from .distributed import (
     DistInfo, all_reduce_sum, barrier, broadcast_object, init_distributed, max_weight_difference_across_ranks,
     shutdown_distributed,
