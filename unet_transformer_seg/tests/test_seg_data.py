@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import matplotlib.image
 import numpy as np
 import pytest
 import torch
@@ -198,8 +199,6 @@ def test_colour_masks_map_through_the_palette(tmp_path: Path):
 
 def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path: Path):
     _write_folder(tmp_path, count=2, size=(10, 14))
-    import matplotlib.image
-
     rgba = np.random.default_rng(1).random((10, 14, 4)).astype(np.float32)
     matplotlib.image.imsave(tmp_path / "train" / "images" / "img1.png", rgba)
     write_png(tmp_path / "train" / "images" / "img0.png", np.full((10, 14), 200, np.uint8))
@@ -218,8 +217,6 @@ def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path
 
 
 def test_jpeg_images_are_read(tmp_path: Path):
-    import matplotlib.image
-
     pixels = np.random.default_rng(0).random((9, 11, 3))
     matplotlib.image.imsave(tmp_path / "photo.jpg", pixels)
     image = read_image(tmp_path / "photo.jpg", 3)

@@ -1,7 +1,9 @@
 import pytest
 import torch
 
-from unet_transformer_seg.checks import assert_shape, parameters_without_gradient
+from unet_transformer_seg.checks import (
+    assert_shape, gradient_norms, install_nonfinite_hooks, parameters_without_gradient,
+)
 from unet_transformer_seg.config import load_config
 from unet_transformer_seg.errors import ContractError, NonFiniteError, ShapeError, UserError
 from unet_transformer_seg.models import UNet, UNetTransformer, build_model
@@ -43,8 +45,6 @@ def test_sizes_the_network_cannot_take_give_a_clear_error():
 
 
 def test_finiteness_checks_run_only_when_installed():
-    from unet_transformer_seg.checks import install_nonfinite_hooks
-
     model = UNet(in_channels=3, out_channels=2, base_channels=4, depth=2)
     bad = torch.randn(1, 3, 16, 16)
     bad[0, 0, 0, 0] = float("nan")
@@ -154,8 +154,6 @@ def test_assert_shape_binds_symbols():
 
 
 def test_nonfinite_hooks_name_the_first_bad_module():
-    from unet_transformer_seg.checks import gradient_norms, install_nonfinite_hooks
-
     model = small_transformer()
     with torch.no_grad():
         model.bottleneck_transform.blocks[0].attn.v_proj.weight[0, 0] = float("inf")
