@@ -1,28 +1,32 @@
 """Evaluate a checkpoint on a split of its own data (or of a folder dataset given by --data-root).
 
     python scripts/eval.py --checkpoint runs/RUN/checkpoints/best.pt [--split val|test] [--out metrics.json]
-                           [--data-root ROOT] [--save-predictions DIR]
+                           [--data-root ROOT] [--save-predictions DIR] [--per-image FILE.csv]
+                           [--tiles] [--tile-overlap 0.25] [--tile-batch N] [--tta none|flip] [--batch-size N]
 
-Metrics are computed at each image's original size. Prints the metrics as JSON; --out also writes them to a file;
---save-predictions writes one PNG of predicted class ids per image, named by the image's stem.
+Metrics are computed at each image's original size (see docs/results.md for the conventions): pooled mean_dice /
+mean_iou / pixel_accuracy / per_class_*, and per image mean_dice_per_image / mean_iou_per_image / hd95. Prints the
+metrics as JSON; --out also writes them to a file; --save-predictions writes STEM.png (indexed PNG: pixel = class
+id, palette = class colours) and STEM_overlay.png per image; --per-image writes one CSV row per image. The loss is
+train.loss without class weights.
 """
 
 import argparse
 import json
 from pathlib import Path
 
-import _bootstrap  # noqa: F401
-
 from unet_transformer_seg.cli import run_main
-from unet_transformer_seg.data.datasets import build_split
-from unet_transformer_seg.data.image_io import write_png
-from unet_transformer_seg.inference import load_trained_model
+from unet_transformer_seg.errors import ConfigError
+from unet_transformer_seg.inference import InferenceOptions, load_trained_model
 from unet_transformer_seg.losses import build_loss
-from unet_transformer_seg.training.evaluate import evaluate
-from unet_transformer_seg.training.loop import resolve_device
+from unet_transformer_seg.runtime import resolve_device
+from unet_transformer_seg.training.evaluate import (
+    evaluate, evaluation_split, prediction_writer, write_per_image_csv,
+)
 from unet_transformer_seg.training.run_folder import write_json
 
-METRIC_KEYS = ("mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images", "loss")
+METRIC_KEYS = ("mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "mean_dice_per_image",
+               "mean_iou_per_image", "hd95", "per_class_hd95", "num_images", "loss")
 
 
 def parse_args(argv=None):
@@ -31,26 +35,35 @@ def parse_args(argv=None):
     parser.add_argument("--data-root", help="evaluate on this folder dataset instead of the checkpoint's data")
     parser.add_argument("--split", default="val", choices=("val", "test"))
     parser.add_argument("--out", help="write the metrics JSON here")
-    parser.add_argument("--save-predictions", metavar="DIR", help="write predicted masks (class ids) as PNGs here")
+    parser.add_argument("--save-predictions", metavar="DIR", help="write STEM.png id masks and STEM_overlay.png here")
+    parser.add_argument("--per-image", metavar="FILE.csv", help="write per-image pixel accuracy, Dice, IoU, HD95 here")
+    InferenceOptions.add_arguments(parser)
+    parser.add_argument("--batch-size", type=int, help="images per evaluation batch (default: train.eval_batch_size)")
     return parser.parse_args(argv)
 
 
 def main() -> int:
     args = parse_args()
+    options = InferenceOptions.from_arguments(args)
     model, cfg = load_trained_model(args.checkpoint)
     device = resolve_device(cfg.run.device)
     model.to(device)
-    dataset = build_split(cfg, args.split, train=False, root=args.data_root)
-    callback = None
+    if args.batch_size is not None:
+        if args.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
+        cfg.train.eval_batch_size = args.batch_size
+    dataset = evaluation_split(cfg, args.split, options, root=args.data_root)
+    writer = None
     if args.save_predictions:
-        out_dir = Path(args.save_predictions)
-        out_dir.mkdir(parents=True, exist_ok=True)
-
-        def callback(index, labels):
-            write_png(out_dir / f"{dataset.name(index)}.png", labels.numpy().astype("uint8"))
-
-    scores = evaluate(model, dataset, cfg, device, build_loss(cfg.train.loss), prediction_callback=callback)
-    metrics = {key: scores[key] for key in METRIC_KEYS}
+        writer = prediction_writer(Path(args.save_predictions), dataset, cfg.data.num_classes)
+    loss_fn = build_loss(cfg.train.loss, dice_include_background=cfg.train.dice_include_background).to(device)
+    result = evaluate(model, dataset, cfg, loss_fn, options=options, prediction_callback=writer,
+                      keep_rows=bool(args.per_image))
+    metrics = {key: result.scores[key] for key in METRIC_KEYS}
+    metrics["inference"] = {"resize_mode": cfg.data.resize_mode, "windows": not dataset.transform.resize_for_eval,
+                            "tile_overlap": options.tile_overlap, "tta": options.tta}
+    if args.per_image:
+        write_per_image_csv(Path(args.per_image), result.rows, cfg.data.num_classes)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         write_json(Path(args.out), metrics)

@@ -10,8 +10,6 @@ The last line on stdout is the run folder. With --resume the config stored in th
 import argparse
 import sys
 
-import _bootstrap  # noqa: F401
-
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.config import apply_overrides, config_from_dict, load_config
 from unet_transformer_seg.errors import ConfigError
@@ -30,7 +28,7 @@ def main() -> int:
     args = parse_args()
     resume_state = resume_path = None
     if args.resume:
-        from unet_transformer_seg.training.checkpointing import load_checkpoint, resolve_checkpoint_path
+        from unet_transformer_seg.checkpointing import load_checkpoint, resolve_checkpoint_path
 
         if args.config:
             raise ConfigError("give either --config or --resume (a resumed run uses the config in its checkpoint)")

@@ -29,3 +29,67 @@ def confusion_reference(pred, target, num_classes):
     for p, t in zip(pred.flatten().tolist(), target.flatten().tolist()):
         matrix[t, p] += 1
     return matrix
+
+
+def per_image_confusion_reference(pred, target, num_classes, ignore=-1):
+    """One matrix per image, pixel by pixel, skipping ignored targets."""
+    matrices = torch.zeros(pred.shape[0], num_classes, num_classes, dtype=torch.int64)
+    for image in range(pred.shape[0]):
+        for p, t in zip(pred[image].flatten().tolist(), target[image].flatten().tolist()):
+            if t != ignore:
+                matrices[image, t, p] += 1
+    return matrices
+
+
+def boundary_reference(region):
+    """Pixels of a region (nested lists of bools, [H][W]) with a 4-neighbour outside it or beyond the border."""
+    height, width = len(region), len(region[0])
+    edges = [[False] * width for _ in range(height)]
+    for y in range(height):
+        for x in range(width):
+            if not region[y][x]:
+                continue
+            for dy, dx in ((1, 0), (-1, 0), (0, 1), (0, -1)):
+                ny, nx = y + dy, x + dx
+                if not (0 <= ny < height and 0 <= nx < width) or not region[ny][nx]:
+                    edges[y][x] = True
+    return [(y, x) for y in range(height) for x in range(width) if edges[y][x]]
+
+
+def percentile_reference(values, q):
+    """Linear-interpolation percentile of a list, written out."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def hd95_reference(pred, target, class_id, ignore=-1):
+    """HD95 of one class in one image ([H, W] tensors): every boundary pair measured, no tricks."""
+    valid = (target != ignore).tolist()
+    pred_points = boundary_reference([[p == class_id and v for p, v in zip(prow, vrow)]
+                                      for prow, vrow in zip(pred.tolist(), valid)])
+    true_points = boundary_reference([[t == class_id for t in trow] for trow in target.tolist()])
+    if not pred_points and not true_points:
+        return float("nan")
+    if not pred_points or not true_points:
+        return math.hypot(*target.shape)
+    forward = [min(math.dist(a, b) for b in true_points) for a in pred_points]
+    backward = [min(math.dist(a, b) for b in pred_points) for a in true_points]
+    return max(percentile_reference(forward, 0.95), percentile_reference(backward, 0.95))
+
+
+def windows_reference(image, tops, lefts, window):
+    """Window i of a [C, H, W] image, image[:, tops[i]:+window, lefts[i]:+window], by slicing one at a time."""
+    return torch.stack([image[:, top : top + window, left : left + window] for top, left in zip(tops, lefts)])
+
+
+def blend_reference(window_logits, tops, lefts, weights, height, width):
+    """Weighted mean of overlapping window logits [n, K, S, S], accumulated window by window."""
+    window = window_logits.shape[-1]
+    total = torch.zeros(window_logits.shape[1], height, width)
+    weight_sum = torch.zeros(height, width)
+    for logits, top, left in zip(window_logits, tops, lefts):
+        total[:, top : top + window, left : left + window] += logits * weights
+        weight_sum[top : top + window, left : left + window] += weights
+    return total / weight_sum

@@ -1,13 +1,15 @@
 import os
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from unet_transformer_seg.errors import CheckpointError
-from unet_transformer_seg.training.checkpointing import (
+from unet_transformer_seg.checkpointing import (
     capture_rng_state, load_checkpoint, resolve_checkpoint_path, restore_rng_state, save_checkpoint,
 )
+from unet_transformer_seg.errors import CheckpointError
 
 
 class RunsCodeWhenUnpickled:
@@ -31,10 +33,6 @@ def test_round_trip_with_plain_types_and_weights_only(tmp_path: Path):
 
 
 def test_rng_state_round_trip():
-    import random
-
-    import numpy as np
-
     state = capture_rng_state()
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     restore_rng_state(state)

@@ -1,5 +1,6 @@
 from pathlib import Path
 
+import matplotlib.image
 import numpy as np
 import pytest
 import torch
@@ -51,6 +52,18 @@ def test_toy_covers_all_classes_and_binary_mode():
     assert ToyShapesDataset(2, 32, in_channels=1)[0][0].shape == (1, 32, 32)
 
 
+def test_mixed_sizes_and_fixed_pixel_shape_sizes():
+    relative = ToyShapesDataset(4, 64, seed=0, sizes=[(64, 64), (97, 211)])
+    fixed = ToyShapesDataset(4, 64, seed=0, sizes=[(64, 64), (97, 211)], shape_size=64)
+    assert relative[1][0].shape == (3, 97, 211) and relative[2][1].shape == (64, 64)
+    assert relative.size_of(3) == (97, 211)
+    assert torch.equal(fixed[0][1], relative[0][1])  # on a 64x64 image, shape_size 64 changes nothing
+    big_relative = ToyShapesDataset(8, 64, seed=0, sizes=[(256, 256)])
+    big_fixed = ToyShapesDataset(8, 64, seed=0, sizes=[(256, 256)], shape_size=64)
+    area = [sum(float((dataset[i][1] > 0).float().mean()) for i in range(8)) for dataset in (big_relative, big_fixed)]
+    assert area[1] < area[0] / 8  # same pixel size on a 16x larger image: a far smaller share of it
+
+
 # ---------- transforms ----------
 
 def _coded_pair(height=12, width=12):
@@ -92,8 +105,11 @@ def test_segmentation_transform_normalises_and_eval_is_deterministic():
     image, mask = _coded_pair(16, 16)
     transform = SegmentationTransform(8, mean=0.5, std=0.25, train=False)
     out_image, out_mask = transform(image, mask, None)
-    assert out_image.shape == (3, 8, 8) and out_mask.shape == (8, 8)
-    assert torch.allclose(out_image, (resize_image(image, (8, 8)) - 0.5) / 0.25)
+    assert out_image.shape == (3, 8, 8) and torch.equal(out_mask, mask)  # the mask stays at its own size
+    assert torch.allclose(out_image, (resize_image(image, (8, 8)) - 0.5) / 0.25, atol=1e-6)
+    native = SegmentationTransform(8, mean=0.5, std=0.25, train=False, resize_mode="pad", resize_for_eval=False)
+    out_image, out_mask = native(image, mask, None)
+    assert torch.allclose(out_image, (image - 0.5) / 0.25) and torch.equal(out_mask, mask)
 
 
 def test_training_augmentation_depends_on_epoch_and_index_only():
@@ -149,7 +165,8 @@ def test_folder_errors_name_the_file(tmp_path: Path):
     with pytest.raises(DataError, match=r"img2\.png has no mask"):
         FolderDataset(tmp_path, "train", 3, 2)
     _write_folder(tmp_path, mask_values=(0, 5))
-    with pytest.raises(DataError, match=r"img0\.png holds class id 5 >= data.num_classes = 2"):
+    message = r"img0\.png holds class id 5 at \(row \d+, col \d+\), but data.num_classes = 2"
+    with pytest.raises(DataError, match=message):
         FolderDataset(tmp_path, "train", 3, 2)[0]
     write_png(tmp_path / "train" / "masks" / "img1.png", np.zeros((4, 4), np.uint8))
     with pytest.raises(DataError, match=r"img1\.png is \(4, 4\) but image .*img1\.png is \(8, 8\)"):
@@ -182,8 +199,6 @@ def test_colour_masks_map_through_the_palette(tmp_path: Path):
 
 def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path: Path):
     _write_folder(tmp_path, count=2, size=(10, 14))
-    import matplotlib.image
-
     rgba = np.random.default_rng(1).random((10, 14, 4)).astype(np.float32)
     matplotlib.image.imsave(tmp_path / "train" / "images" / "img1.png", rgba)
     write_png(tmp_path / "train" / "images" / "img0.png", np.full((10, 14), 200, np.uint8))
@@ -195,15 +210,13 @@ def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path
             image, mask = split[index]
             assert image.shape == (3, 16, 16) and mask.shape == (16, 16)
     evaluation = build_split(cfg, "train", train=False)
-    image, mask, full_mask = evaluation[0]
+    image, full_mask = evaluation[0]
     assert image.shape == (3, 16, 16) and full_mask.shape == (10, 14)
     assert torch.allclose(image[:, 0, 0], torch.full((3,), (200 / 255 - 0.5) / 0.25), atol=1e-5)
     assert isinstance(evaluation, SegmentationSplit)
 
 
 def test_jpeg_images_are_read(tmp_path: Path):
-    import matplotlib.image
-
     pixels = np.random.default_rng(0).random((9, 11, 3))
     matplotlib.image.imsave(tmp_path / "photo.jpg", pixels)
     image = read_image(tmp_path / "photo.jpg", 3)

@@ -1,23 +1,36 @@
-"""Two processes with torchrun (gloo on CPU) train like one process with the same global batch."""
+"""Several processes: two processes with torchrun (gloo on CPU) train like one process with the same global batch;
+on a GPU machine the collectives run through a "cpu:gloo,cuda:nccl" group (skipped without CUDA)."""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
-from unet_transformer_seg.training.checkpointing import load_checkpoint
+from unet_transformer_seg.checkpointing import load_checkpoint
 
 from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, tiny_cli_args
 
 SHARED = ("model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6", "train.grad_clip=null")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def _weights(run_dir: Path):
     return load_checkpoint(run_dir / "checkpoints" / "last.pt")["model"], (run_dir / "train.log").read_text()
 
 
+def _torchrun(tmp_path: Path, processes: int, *overrides: str):
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+         str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, *overrides)],
+        cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.slow
 def test_two_process_ddp_matches_single_process(tmp_path):
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
     single = subprocess.Popen(  # runs alongside the two-process run
@@ -25,12 +38,7 @@ def test_two_process_ddp_matches_single_process(tmp_path):
          *tiny_cli_args(tmp_path / "single", *SHARED, "train.batch_size=8")],
         cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    ddp = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml",
-         *tiny_cli_args(tmp_path / "ddp", *SHARED, "train.batch_size=4")],
-        cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300,
-    )
+    ddp = _torchrun(tmp_path / "ddp", 2, *SHARED, "train.batch_size=4")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     run_dirs = list((tmp_path / "ddp" / "runs").iterdir())
     assert len(run_dirs) == 1  # only rank 0 writes a run folder
@@ -42,3 +50,31 @@ def test_two_process_ddp_matches_single_process(tmp_path):
     single_weights, _ = _weights(Path(single_stdout.strip().splitlines()[-1]))
     for name in single_weights:
         assert torch.allclose(ddp_weights[name], single_weights[name], atol=1e-4), name
+
+
+@needs_cuda
+def test_collectives_run_on_cuda_and_cpu_tensors_in_one_group(monkeypatch):
+    from unet_transformer_seg.training.distributed import all_reduce_sum, init_distributed, shutdown_distributed
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29517"}.items():
+        monkeypatch.setenv(name, value)
+    info = init_distributed("cuda")
+    try:
+        assert info.enabled and info.world_size == 1
+        on_gpu = all_reduce_sum(torch.ones(3, device="cuda"), info)  # nccl
+        on_cpu = all_reduce_sum(torch.ones(2, 2, dtype=torch.int64), info)  # gloo (validation counters)
+        assert on_gpu.device.type == "cuda" and on_gpu.tolist() == [1.0, 1.0, 1.0]
+        assert on_cpu.device.type == "cpu" and on_cpu.sum().item() == 4
+    finally:
+        shutdown_distributed(info)
+
+
+@needs_cuda
+@pytest.mark.slow
+def test_torchrun_on_one_gpu_with_amp_and_sync_batchnorm(tmp_path):
+    result = _torchrun(tmp_path, 1, "run.device=cuda", "train.amp=true", "model.norm=syncbatch", "train.epochs=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = next((tmp_path / "runs").iterdir())
+    log = (run_dir / "train.log").read_text()
+    assert "on cuda:0" in log and "1 process(es)" in log and "epoch 2 done" in log

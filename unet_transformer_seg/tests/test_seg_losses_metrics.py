@@ -4,13 +4,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from unet_transformer_seg.labels import IGNORE_LABEL, logits_to_labels
 from unet_transformer_seg.losses import (
-    bce_dice_loss, binary_cross_entropy_loss, binary_dice_loss, build_loss, ce_dice_loss, logits_to_labels,
-    soft_dice_loss,
+    binary_cross_entropy_loss, binary_dice_loss, build_loss, cross_entropy_loss, soft_dice_loss,
 )
-from unet_transformer_seg.metrics import ConfusionMatrix, confusion_matrix, scores_from_confusion
+from unet_transformer_seg.metrics import SegmentationScores, per_image_confusion, scores_from_confusion
+from unet_transformer_seg.training.loop import auto_class_weights
 
-from seg_reference import confusion_reference
+from seg_reference import confusion_reference, per_image_confusion_reference
 
 BIG = 30.0  # logit gap that makes softmax/sigmoid one-hot to float precision
 
@@ -26,6 +27,7 @@ def test_soft_dice_hand_computed():
     # class 0: I = 0, |P| = 1, |G| = 0 -> (0 + 1) / (1 + 0 + 1) = 0.5
     # class 1: I = 1, |P| = 1, |G| = 2 -> (2 + 1) / (1 + 2 + 1) = 0.75
     assert soft_dice_loss(logits, target).item() == pytest.approx(1 - (0.5 + 0.75) / 2)
+    assert soft_dice_loss(logits, target, include_background=False).item() == pytest.approx(1 - 0.75)
 
 
 def test_perfect_prediction_gives_zero_dice_loss_and_empty_masks_give_no_nan():
@@ -33,11 +35,9 @@ def test_perfect_prediction_gives_zero_dice_loss_and_empty_masks_give_no_nan():
     assert soft_dice_loss(one_hot_logits(labels, 4), labels).item() == pytest.approx(0.0, abs=1e-6)
     empty = torch.zeros(2, 3, 3, dtype=torch.long)
     for name in ("dice", "ce_dice"):
-        value = build_loss(name)(torch.zeros(2, 4, 3, 3), empty)
-        assert math.isfinite(value.item())
+        assert math.isfinite(build_loss(name)(torch.zeros(2, 4, 3, 3), empty).item())
     for name in ("bce", "bce_dice"):
-        value = build_loss(name)(torch.zeros(2, 1, 3, 3), empty)
-        assert math.isfinite(value.item())
+        assert math.isfinite(build_loss(name)(torch.zeros(2, 1, 3, 3), empty).item())
     assert binary_dice_loss(torch.full((1, 1, 2, 2), -BIG), torch.zeros(1, 2, 2, dtype=torch.long)).item() == \
         pytest.approx(0.0, abs=1e-6)
 
@@ -48,13 +48,57 @@ def test_binary_losses_hand_computed():
     assert binary_cross_entropy_loss(logits, target).item() == pytest.approx(math.log(2))
     # I = 0.5, |P| = 1, |G| = 1 -> (1 + 1) / (2 + 1)
     assert binary_dice_loss(logits, target).item() == pytest.approx(1 - 2 / 3)
-    assert bce_dice_loss(logits, target).item() == pytest.approx(math.log(2) + 1 - 2 / 3)
+    assert build_loss("bce_dice")(logits, target).item() == pytest.approx(math.log(2) + 1 - 2 / 3)
+    # weights [1, 3]: (3 * log 2 + 1 * log 2) / (3 + 1) = log 2; with logits 0 and 2 the pixels differ
+    weighted = binary_cross_entropy_loss(torch.tensor([[[[0.0, 2.0]]]]), target, torch.tensor([1.0, 3.0]))
+    expected = (3 * math.log(2) + 1 * math.log(1 + math.exp(2))) / 4
+    assert weighted.item() == pytest.approx(expected)
 
 
-def test_ce_dice_is_the_sum():
+def test_ce_dice_is_the_sum_and_dice_include_background_switch():
     logits, target = torch.randn(2, 3, 4, 4), torch.randint(0, 3, (2, 4, 4))
     expected = F.cross_entropy(logits, target) + soft_dice_loss(logits, target)
-    assert ce_dice_loss(logits, target).item() == pytest.approx(expected.item())
+    assert build_loss("ce_dice")(logits, target).item() == pytest.approx(expected.item())
+    without_background = build_loss("ce_dice", dice_include_background=False)(logits, target)
+    expected = F.cross_entropy(logits, target) + soft_dice_loss(logits, target, include_background=False)
+    assert without_background.item() == pytest.approx(expected.item())
+
+
+def test_class_weights_weigh_cross_entropy_like_pytorch():
+    logits, target = torch.randn(2, 3, 5, 5), torch.randint(0, 3, (2, 5, 5))
+    weights = torch.tensor([0.2, 1.0, 3.0])
+    assert cross_entropy_loss(logits, target, weights).item() == pytest.approx(
+        F.cross_entropy(logits, target, weight=weights).item())
+    loss = build_loss("ce", class_weights=[0.2, 1.0, 3.0])
+    assert loss(logits, target).item() == pytest.approx(F.cross_entropy(logits, target, weight=weights).item())
+    assert list(loss.class_weights) == pytest.approx([0.2, 1.0, 3.0])  # a buffer, moved by .to(device)
+    assert "class_weights" in dict(loss.named_buffers())
+
+
+@pytest.mark.parametrize("name, channels", [("ce", 3), ("dice", 3), ("ce_dice", 3), ("bce", 1), ("bce_dice", 1)])
+def test_ignored_pixels_count_in_no_loss_term(name, channels):
+    torch.manual_seed(0)
+    logits = torch.randn(2, channels, 6, 6, requires_grad=True)
+    target = torch.randint(0, 2 if channels == 1 else 3, (2, 6, 6))
+    target[:, :, 4:] = IGNORE_LABEL  # the two right columns are void
+    loss_fn = build_loss(name, class_weights=[0.5, 2.0] if channels == 1 else [0.5, 1.0, 2.0])
+    loss = loss_fn(logits, target)
+    # the same loss on the valid 6x4 region alone
+    assert loss.item() == pytest.approx(loss_fn(logits[..., :4], target[..., :4]).item(), rel=1e-6)
+    changed = logits.detach().clone()
+    changed[..., 4:] = 100.0 * torch.randn_like(changed[..., 4:])
+    assert loss_fn(changed, target).item() == pytest.approx(loss.item(), rel=1e-6)
+    loss.backward()
+    assert torch.count_nonzero(logits.grad[..., 4:]) == 0
+
+
+@pytest.mark.parametrize("name, channels", [("ce", 3), ("ce_dice", 3), ("bce_dice", 1)])
+def test_a_batch_of_ignored_pixels_gives_zero_loss_and_finite_gradients(name, channels):
+    logits = torch.randn(1, channels, 4, 4, requires_grad=True)
+    target = torch.full((1, 4, 4), IGNORE_LABEL)
+    loss = build_loss(name, class_weights=[1.0, 2.0] if channels == 1 else None)(logits, target)
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(logits.grad).all()
 
 
 def test_logits_to_labels():
@@ -63,16 +107,20 @@ def test_logits_to_labels():
     assert logits_to_labels(torch.tensor([[[[0.3, -0.2]]]])).tolist() == [[[1, 0]]]
 
 
-def test_confusion_matrix_matches_the_loop_reference():
-    pred, target = torch.randint(0, 4, (3, 7, 5)), torch.randint(0, 4, (3, 7, 5))
-    assert torch.equal(confusion_matrix(pred, target, 4), confusion_reference(pred, target, 4))
+def test_confusion_matrices_match_the_loop_references():
+    pred, target = torch.randint(0, 4, (3, 7, 5)), torch.randint(-1, 4, (3, 7, 5))
+    valid = target != IGNORE_LABEL
+    matrices = per_image_confusion(pred, target, 4)
+    assert torch.equal(matrices, per_image_confusion_reference(pred, target, 4))
+    assert torch.equal(matrices.sum(0), confusion_reference(pred[valid], target[valid], 4))
 
 
 def test_scores_hand_computed():
-    target = torch.tensor([0, 0, 1, 1, 1, 2])
-    pred = torch.tensor([0, 1, 1, 1, 0, 0])
-    scores = scores_from_confusion(confusion_matrix(pred, target, 4))
+    target = torch.tensor([[[0, 0, 1, 1, 1, 2, IGNORE_LABEL]]])
+    pred = torch.tensor([[[0, 1, 1, 1, 0, 0, 3]]])
+    scores = scores_from_confusion(per_image_confusion(pred, target, 4)[0])
     # class 1: TP 2, FP 1, FN 1 -> IoU 2/4, Dice 4/6. class 2: TP 0, FP 0, FN 1 -> 0, 0. class 3 absent -> None
+    # (the ignored pixel predicted as 3 does not count)
     assert scores["per_class_iou"][1:] == [pytest.approx(0.5), 0.0, None]
     assert scores["per_class_dice"][1:] == [pytest.approx(2 / 3), 0.0, None]
     assert scores["mean_iou"] == pytest.approx(0.25)
@@ -82,12 +130,41 @@ def test_scores_hand_computed():
     assert scores["per_class_iou"][0] == pytest.approx(0.25)
 
 
+def test_per_image_dice_hand_computed():
+    # image 0: class 1 perfect (Dice 1), class 2 predicted but absent from truth (Dice 0) -> mean 0.5
+    # image 1: class 1 TP 1, FP 1, FN 1 -> Dice 0.5; class 2 absent from both (left out)   -> mean 0.5
+    target = torch.tensor([[[1, 1, 0, 0]], [[1, 1, 0, 0]]])
+    pred = torch.tensor([[[1, 1, 2, 0]], [[1, 0, 1, 0]]])
+    scores = SegmentationScores(3, keep_rows=True)
+    scores.update(pred, target, ["a", "b"])
+    result = scores.compute()
+    assert result["mean_dice_per_image"] == pytest.approx(0.5)
+    assert result["mean_iou_per_image"] == pytest.approx(((1 + 0) / 2 + 1 / 3) / 2)
+    # pooled: class 1 TP 3, FP 1, FN 1 -> 6/8; class 2 TP 0, FP 1 -> 0
+    assert result["mean_dice"] == pytest.approx((6 / 8 + 0) / 2)
+    row_a, row_b = scores.rows
+    assert (row_a["stem"], row_a["height"], row_a["width"]) == ("a", 1, 4)
+    assert row_a["dice_1"] == 1.0 and row_a["dice_2"] == 0.0 and row_b["pixel_accuracy"] == 0.5
+    assert math.isnan(row_b["dice_2"]) and math.isnan(row_b["hd95_2"])
+
+
 def test_metrics_do_not_depend_on_batch_size():
-    pred, target = torch.randint(0, 3, (10, 6, 6)), torch.randint(0, 3, (10, 6, 6))
+    pred, target = torch.randint(0, 3, (10, 6, 6)), torch.randint(-1, 3, (10, 6, 6))
     results = []
     for batch_size in (1, 3, 10):
-        accumulator = ConfusionMatrix(3)
+        accumulator = SegmentationScores(3)
         for start in range(0, 10, batch_size):
             accumulator.update(pred[start : start + batch_size], target[start : start + batch_size])
         results.append(accumulator.compute())
-    assert results[0] == results[1] == results[2]
+    for other in results[1:]:
+        assert other.keys() == results[0].keys()
+        for key, value in results[0].items():
+            assert other[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+
+
+def test_auto_class_weights_are_inverse_sqrt_frequency_averaging_one():
+    weights = auto_class_weights(torch.tensor([900, 100, 0]))
+    # frequencies 0.9, 0.1 -> 1/sqrt: 1.054, 3.162; the absent class takes the largest present weight
+    raw = [1 / math.sqrt(0.9), 1 / math.sqrt(0.1), 1 / math.sqrt(0.1)]
+    assert weights == pytest.approx([w / (sum(raw) / 3) for w in raw])
+    assert sum(weights) / 3 == pytest.approx(1.0)

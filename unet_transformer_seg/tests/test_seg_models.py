@@ -1,9 +1,11 @@
 import pytest
 import torch
 
-from unet_transformer_seg.checks import assert_shape, parameters_without_gradient
+from unet_transformer_seg.checks import (
+    assert_shape, gradient_norms, install_nonfinite_hooks, parameters_without_gradient,
+)
 from unet_transformer_seg.config import load_config
-from unet_transformer_seg.errors import NonFiniteError, ShapeError
+from unet_transformer_seg.errors import ContractError, NonFiniteError, ShapeError, UserError
 from unet_transformer_seg.models import UNet, UNetTransformer, build_model
 from unet_transformer_seg.models.unet import ConvBlock
 from unet_transformer_seg.models.transformer import (
@@ -39,10 +41,19 @@ def test_sizes_the_network_cannot_take_give_a_clear_error():
         model(torch.randn(1, 3, 20, 36))
     with pytest.raises(ShapeError, match=r"model input: dim 1 must be 3"):
         model(torch.randn(1, 1, 16, 16))
+    assert issubclass(ShapeError, UserError)  # what a caller passes in is the caller's to fix
+
+
+def test_finiteness_checks_run_only_when_installed():
+    model = UNet(in_channels=3, out_channels=2, base_channels=4, depth=2)
     bad = torch.randn(1, 3, 16, 16)
     bad[0, 0, 0, 0] = float("nan")
+    assert torch.isnan(model(bad)).any()  # no check (and no host sync) on the hot path
+    handles = install_nonfinite_hooks(model)  # what run.debug_checks installs
     with pytest.raises(NonFiniteError, match="model input holds 1 NaN"):
         model(bad)
+    for handle in handles:
+        handle.remove()
 
 
 def test_build_model_from_config():
@@ -73,12 +84,12 @@ def test_sdpa_path_equals_explicit_path():
     x = torch.randn(3, 9, 16, requires_grad=True)
     mask = torch.rand(9, 9) > 0.5
     mask.fill_diagonal_(True)
-    for m in (None, mask):
-        a, b = explicit(x, mask=m), fused(x, mask=m)
-        assert torch.allclose(a, b, atol=1e-5)
-        grad_a, = torch.autograd.grad(a.sum(), x)
-        grad_b, = torch.autograd.grad(b.sum(), x)
-        assert torch.allclose(grad_a, grad_b, atol=1e-5)
+    for attention_mask in (None, mask):
+        out_explicit, out_fused = explicit(x, mask=attention_mask), fused(x, mask=attention_mask)
+        assert torch.allclose(out_explicit, out_fused, atol=1e-5)
+        grad_explicit, = torch.autograd.grad(out_explicit.sum(), x)
+        grad_fused, = torch.autograd.grad(out_fused.sum(), x)
+        assert torch.allclose(grad_explicit, grad_fused, atol=1e-5)
     model_a = small_transformer(attention="explicit").eval()
     model_b = small_transformer(attention="sdpa").eval()
     model_b.load_state_dict(model_a.state_dict())
@@ -106,8 +117,9 @@ def test_block_feedforward_and_bottleneck_shapes():
     for norm in ("batch", "group"):
         assert ConvBlock(8, 12, norm)(feature_map).shape == (2, 12, 3, 4)
     assert TransformerBottleneck(8, 2, 2, 2.0, 0.0)(feature_map).shape == (2, 8, 3, 4)
-    with pytest.raises(ShapeError, match="attention key: dim 2"):
+    with pytest.raises(ContractError, match="attention key: dim 2"):  # internal: a bug, not a user error
         MultiHeadAttention(8, 2)(x, torch.randn(2, 5, 6))
+    assert not issubclass(ContractError, UserError)
 
 
 def test_positional_encoding_2d():
@@ -135,15 +147,13 @@ def test_activation_checkpointing_gives_the_same_gradients():
 def test_assert_shape_binds_symbols():
     dims = assert_shape(torch.zeros(2, 3, 4), "B,T,D")
     assert dims == {"B": 2, "T": 3, "D": 4}
-    with pytest.raises(ShapeError, match=r"y: dim 0 \(B\) must be 2"):
+    with pytest.raises(ContractError, match=r"y: dim 0 \(B\) must be 2"):
         assert_shape(torch.zeros(3, 4), "B,D", name="y", dims=dims)
     with pytest.raises(ShapeError, match="expected 2 dims"):
-        assert_shape(torch.zeros(3), "B,D")
+        assert_shape(torch.zeros(3), "B,D", error=ShapeError)
 
 
 def test_nonfinite_hooks_name_the_first_bad_module():
-    from unet_transformer_seg.checks import gradient_norms, install_nonfinite_hooks
-
     model = small_transformer()
     with torch.no_grad():
         model.bottleneck_transform.blocks[0].attn.v_proj.weight[0, 0] = float("inf")

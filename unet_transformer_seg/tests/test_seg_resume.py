@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from unet_transformer_seg.training.checkpointing import load_checkpoint
+from unet_transformer_seg.checkpointing import load_checkpoint
 
 from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
 
@@ -82,6 +82,7 @@ def _assert_same(resumed_dir: Path, reference: ReferenceRun):
         assert torch.equal(weights[name], ref_weights[name]), name
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_is_bit_identical(tmp_path, uninterrupted):
     process = _start(tmp_path, "killed")
     run_dir = _wait_for_log(tmp_path / "killed" / "runs", "saved checkpoints/last.pt at step 3", process)
@@ -97,6 +98,7 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(tmp_path, uninterrupted)
     _assert_same(run_dir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_says_how_to_resume(tmp_path, uninterrupted):
     process = _start(tmp_path, "stopped")
     run_dir = _wait_for_log(tmp_path / "stopped" / "runs", "step 2/24", process)

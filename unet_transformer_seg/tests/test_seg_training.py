@@ -3,14 +3,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
 from unet_transformer_seg.data.image_io import read_mask, write_png
 from unet_transformer_seg.data.toy_shapes import ToyShapesDataset
+from unet_transformer_seg.errors import ConfigError, NonFiniteError
 from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.models import build_model
-from unet_transformer_seg.training.checkpointing import load_checkpoint
+from unet_transformer_seg.checkpointing import load_checkpoint
+from unet_transformer_seg.training.distributed import DistInfo
 from unet_transformer_seg.training.loop import train
 from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS
 
@@ -36,6 +39,7 @@ def test_overfitting_one_batch_drives_the_loss_down(tmp_path):
     assert losses[-1] < 0.3 * losses[0]
 
 
+@pytest.mark.slow
 def test_cli_training_run_writes_every_promised_file(tmp_path):
     result = run_script("train.py", "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, "train.epochs=5"))
     assert result.returncode == 0, result.stderr
@@ -63,17 +67,21 @@ def test_cli_training_run_writes_every_promised_file(tmp_path):
                         "--out", str(out_json), "--save-predictions", str(predictions))
     assert result.returncode == 0, result.stderr
     scores = json.loads(out_json.read_text())
-    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images"} <= set(scores)
+    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images",
+            "mean_dice_per_image", "mean_iou_per_image", "hd95", "per_class_hd95"} <= set(scores)
     assert scores["num_images"] == 8 and len(scores["per_class_dice"]) == 4
-    saved_masks = sorted(predictions.glob("*.png"))
+    saved_masks = sorted(path for path in predictions.glob("*.png") if not path.stem.endswith("_overlay"))
     assert len(saved_masks) == 8 and read_mask(saved_masks[0], 4).shape == (16, 16)
+    assert len(list(predictions.glob("*_overlay.png"))) == 8
 
     image_path = tmp_path / "photo.png"
     write_png(image_path, np.random.default_rng(0).integers(0, 256, (20, 28, 3)).astype(np.uint8))
-    result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir", str(tmp_path / "p"))
-    assert result.returncode == 0, result.stderr
-    assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
-    assert (tmp_path / "p" / "photo_overlay.png").is_file()
+    for extra in ([], ["--tiles", "--tta", "flip", "--tile-overlap", "0.5", "--tile-batch", "3"]):
+        result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir",
+                            str(tmp_path / "p"), *extra)
+        assert result.returncode == 0, result.stderr
+        assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
+        assert (tmp_path / "p" / "photo_overlay.png").is_file()
 
 
 def _final_weights(tmp_path, *overrides):
@@ -90,6 +98,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
         assert torch.allclose(big[name], accumulated[name], atol=1e-5), name
 
 
+@pytest.mark.slow
 def test_torch_compile_trains_like_eager(tmp_path):
     eager = _final_weights(tmp_path)
     compiled = _final_weights(tmp_path, "train.compile=true", "train.compile_backend=aot_eager")
@@ -102,3 +111,43 @@ def test_activation_checkpointing_trains_like_plain(tmp_path):
     checkpointed = _final_weights(tmp_path, "model.activation_checkpointing=true")
     for name in plain:
         assert torch.allclose(plain[name], checkpointed[name], atol=1e-5), name
+
+
+def _nan_head_model(build):
+    def build_with_nan_head(cfg):
+        model = build(cfg)
+        with torch.no_grad():
+            model.head.weight.fill_(float("nan"))
+        return model
+
+    return build_with_nan_head
+
+
+def test_a_non_finite_loss_stops_training_and_debug_checks_name_the_layer(tmp_path, monkeypatch):
+    import unet_transformer_seg.training.loop as loop
+
+    monkeypatch.setattr(loop, "build_model", _nan_head_model(loop.build_model))
+    with pytest.raises(NonFiniteError, match="training loss at step 1 is nan"):
+        train(tiny_config(tmp_path, "train.epochs=1", "train.num_plot_images=0"))
+    with pytest.raises(NonFiniteError, match="output of module 'head' holds"):
+        train(tiny_config(tmp_path, "train.epochs=1", "run.debug_checks=true", "train.num_plot_images=0"))
+
+
+def test_auto_class_weights_are_counted_once_and_kept_in_the_checkpoint(tmp_path):
+    cfg = tiny_config(tmp_path, "train.loss=ce", "train.class_weights=auto", "train.epochs=1", "train.max_steps=2",
+                      "train.num_plot_images=0", "model.norm=syncbatch")
+    run_dir = train(cfg).run_dir
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    weights = state["class_weights"]
+    assert len(weights) == 4 and sum(weights) / 4 == pytest.approx(1.0) and weights[0] == min(weights)
+    assert "class weights [" in (run_dir / "train.log").read_text()
+    model = build_model(cfg)
+    assert any(isinstance(module, torch.nn.BatchNorm2d) for module in model.modules())  # one process: plain BN
+
+
+def test_syncbatch_norm_with_several_cpu_processes_is_refused(tmp_path, monkeypatch):
+    import unet_transformer_seg.training.loop as loop
+
+    monkeypatch.setattr(loop, "init_distributed", lambda device_type: DistInfo(0, 2, 0, enabled=True))
+    with pytest.raises(ConfigError, match="syncbatch needs CUDA to train with several processes"):
+        train(tiny_config(tmp_path, "model.norm=syncbatch"))

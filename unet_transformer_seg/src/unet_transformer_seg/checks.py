@@ -1,34 +1,43 @@
-"""Cheap runtime checks used at module boundaries, plus two debugging aids.
+"""Runtime checks used at module boundaries, plus debugging aids.
 
 `assert_shape(t, "B,C,H,W", name="x")` checks the rank and every named dimension; symbolic names are bound the first
 time they are seen and must agree afterwards (pass the returned dict as `dims` to carry bindings across tensors).
-Integers in the spec must match exactly.
+Integers in the spec must match exactly. A mismatch raises `ContractError` (a bug, with traceback) unless the caller
+says the tensor came from a user (`error=ShapeError`, as the model's entry check does).
+
+Finiteness checks need a host sync each, so they are off the hot path: `install_nonfinite_hooks` puts one on the
+model's input and on every module's output when `run.debug_checks` is true; the training loop checks the loss once
+per optimizer step, reusing the sync it makes anyway to read the loss.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple, Type
 
 import torch
 from torch import nn
 
-from .errors import NonFiniteError, ShapeError
+from .errors import ContractError, NonFiniteError
 
 
 def assert_shape(
-    tensor: torch.Tensor, spec: str, name: str = "tensor", dims: Optional[Dict[str, int]] = None
+    tensor: torch.Tensor,
+    spec: str,
+    name: str = "tensor",
+    dims: Optional[Dict[str, int]] = None,
+    error: Type[Exception] = ContractError,
 ) -> Dict[str, int]:
     """Check `tensor.shape` against a comma-separated spec such as "B,3,H,W"; return the symbol bindings."""
     names = [part.strip() for part in spec.split(",")]
     bound = {} if dims is None else dims
     if tensor.dim() != len(names):
-        raise ShapeError(f"{name}: expected {len(names)} dims [{spec}], got shape {list(tensor.shape)}")
+        raise error(f"{name}: expected {len(names)} dims [{spec}], got shape {list(tensor.shape)}")
     for axis, (symbol, size) in enumerate(zip(names, tensor.shape)):
         if symbol.lstrip("-").isdigit():
             if int(symbol) != size:
-                raise ShapeError(f"{name}: dim {axis} must be {symbol} [{spec}], got shape {list(tensor.shape)}")
+                raise error(f"{name}: dim {axis} must be {symbol} [{spec}], got shape {list(tensor.shape)}")
         elif symbol in bound and bound[symbol] != size:
-            raise ShapeError(
+            raise error(
                 f"{name}: dim {axis} ({symbol}) must be {bound[symbol]} [{spec}], got shape {list(tensor.shape)}"
             )
         else:
@@ -37,7 +46,7 @@ def assert_shape(
 
 
 def check_finite(tensor: torch.Tensor, name: str = "tensor") -> None:
-    """Raise NonFiniteError naming the tensor if it holds NaN or Inf (one reduction, no host sync beyond the flag)."""
+    """Raise NonFiniteError naming the tensor if it holds NaN or Inf (one reduction and one host sync)."""
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
         num_nan = int(torch.isnan(tensor).sum())
         num_inf = int(torch.isinf(tensor).sum())
@@ -53,20 +62,26 @@ def _first_tensor(output) -> Optional[torch.Tensor]:
 
 
 def install_nonfinite_hooks(model: nn.Module) -> List[torch.utils.hooks.RemovableHandle]:
-    """Make every submodule check its output; the first NaN/Inf raises an error naming that submodule.
+    """Check the model's input and every submodule's output; the first NaN/Inf raises an error naming its place.
 
-    Remove the hooks with `for h in handles: h.remove()`.
+    Used when `run.debug_checks` is true. Remove the hooks with `for handle in handles: handle.remove()`.
     """
-    handles = []
+
+    def input_hook(_module, inputs):
+        tensor = _first_tensor(inputs)
+        if tensor is not None:
+            check_finite(tensor, "model input")
+
+    handles = [model.register_forward_pre_hook(input_hook)]
     for module_name, module in model.named_modules():
         label = module_name or type(model).__name__
 
-        def hook(_module, _inputs, output, label=label):
+        def output_hook(_module, _inputs, output, label=label):
             tensor = _first_tensor(output)
             if tensor is not None:
                 check_finite(tensor, f"output of module '{label}'")
 
-        handles.append(module.register_forward_hook(hook))
+        handles.append(module.register_forward_hook(output_hook))
     return handles
 
 

@@ -8,10 +8,11 @@ Paths in a config are relative to the current working directory.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
@@ -31,6 +32,7 @@ class RunConfig:
     seed: int = _field(0, min=0)
     device: str = _field("auto", choices=("auto", "cpu", "cuda"))
     num_threads: Optional[int] = _field(None, min=1)  # CPU threads for torch; null = PyTorch's default
+    debug_checks: bool = _field(False)  # NaN/Inf check on every module's output (slow: one host sync per module)
 
 
 @dataclass
@@ -49,8 +51,10 @@ class DataConfig:
     noise_std: float = _field(0.05, min=0.0)
     # folder set only: colour of each class id (index = class id), for RGB masks
     palette: Optional[List[List[int]]] = _field(None)
+    # folder set only: mask value that marks pixels no loss or metric looks at (VOC's void label is 255)
+    ignore_index: Optional[int] = _field(None, min=0)
     # both
-    resize_mode: str = _field("resize", choices=("resize", "random_crop"))
+    resize_mode: str = _field("resize", choices=("resize", "pad", "random_crop"))
     hflip: bool = _field(True)
     vflip: bool = _field(True)
     rot90: bool = _field(True)
@@ -63,7 +67,7 @@ class ModelConfig:
     type: str = _field("unet_transformer", choices=("unet", "unet_transformer"))
     base_channels: int = _field(16, min=1)
     depth: int = _field(3, min=1, max=6)
-    norm: str = _field("batch", choices=("batch", "group"))
+    norm: str = _field("batch", choices=("batch", "group", "syncbatch"))
     transformer_layers: int = _field(2, min=1)
     num_heads: int = _field(4, min=1)
     mlp_ratio: float = _field(2.0, gt=0.0)
@@ -87,6 +91,8 @@ class TrainConfig:
     num_workers: int = _field(0, min=0)
     log_every: int = _field(20, min=1)
     loss: str = _field("ce_dice", choices=("ce", "dice", "ce_dice", "bce", "bce_dice"))
+    class_weights: Union[str, List[float], None] = _field(None)  # null | auto | [w0, w1, ...]
+    dice_include_background: bool = _field(True)
     checkpoint_every: int = _field(0, min=0)
     compile: bool = _field(False)
     compile_backend: str = _field("inductor", choices=("inductor", "aot_eager", "eager"))
@@ -116,8 +122,13 @@ def _coerce(key: str, value: Any, annotation) -> Any:
     if origin is typing.Union:
         if value is None:
             return None
-        inner = [a for a in args if a is not type(None)][0]
-        return _coerce(key, value, inner)
+        alternatives = [a for a in args if a is not type(None)]
+        for alternative in alternatives[:-1]:
+            try:
+                return _coerce(key, value, alternative)
+            except ConfigError:
+                pass
+        return _coerce(key, value, alternatives[-1])
     if origin in (list, List):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
@@ -153,6 +164,8 @@ def _check_rules(key: str, value: Any, rules: Dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}' must be <= {rules['max']}, got {value!r}")
     if "gt" in rules and not value > rules["gt"]:
         raise ConfigError(f"config key '{key}' must be > {rules['gt']}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
 
 
 def _build_section(section: str, values: Any):
@@ -199,6 +212,12 @@ def _check_cross_fields(cfg: Config) -> None:
         raise ConfigError(f"config key 'data.num_classes' must be 2 when data.binary is true, got {data.num_classes}")
     if train.loss in ("bce", "bce_dice") and data.num_classes != 2:
         raise ConfigError(f"config key 'train.loss' {train.loss!r} needs data.num_classes 2, got {data.num_classes}")
+    if data.ignore_index is not None and data.ignore_index < data.num_classes:
+        raise ConfigError(
+            f"config key 'data.ignore_index' must not be a class id (0..{data.num_classes - 1}), got "
+            f"{data.ignore_index}; VOC-style masks use 255"
+        )
+    _check_class_weights(train.class_weights, data.num_classes)
     if data.palette is not None:
         if len(data.palette) != data.num_classes:
             raise ConfigError(
@@ -210,6 +229,26 @@ def _check_cross_fields(cfg: Config) -> None:
                 raise ConfigError(f"config key 'data.palette[{class_id}]' must be [r, g, b] in 0..255, got {colour}")
         if len({tuple(c) for c in data.palette}) != len(data.palette):
             raise ConfigError("config key 'data.palette' lists the same colour twice")
+
+
+def _check_class_weights(weights, num_classes: int) -> None:
+    if weights is None:
+        return
+    if isinstance(weights, str):
+        if weights != "auto":
+            raise ConfigError(
+                f"config key 'train.class_weights' must be null, auto or a list of numbers, got {weights!r}"
+            )
+        return
+    if len(weights) != num_classes:
+        raise ConfigError(
+            f"config key 'train.class_weights' must list one weight per class ({num_classes}), got {len(weights)}"
+        )
+    for class_id, weight in enumerate(weights):
+        if not (weight > 0.0 and math.isfinite(weight)):
+            raise ConfigError(
+                f"config key 'train.class_weights[{class_id}]' must be a finite number > 0, got {weight}"
+            )
 
 
 def config_from_dict(raw: Any) -> Config:

@@ -1,6 +1,10 @@
-"""Exceptions for mistakes a user can fix (bad config, bad files, bad data).
+"""Exceptions.
 
-Scripts catch `UserError`, print `error: <message>` and exit with status 2, without a traceback.
+`UserError` and its subclasses are mistakes a user can fix (bad config, bad files, bad data, an input the model cannot
+take). Scripts catch them, print `error: <message>` and exit with status 2, without a traceback.
+
+`ContractError` is a broken internal contract (a tensor with the wrong shape between two of our own functions): a
+bug in the code, not bad input. It is not a `UserError`, so it surfaces with its full traceback.
 """
 
 
@@ -21,8 +25,12 @@ class CheckpointError(UserError):
 
 
 class ShapeError(UserError):
-    """An input tensor has a shape the model cannot take."""
+    """An input given to the model has a shape the model cannot take."""
 
 
 class NonFiniteError(UserError):
-    """A tensor holds NaN or Inf where finite values are required."""
+    """A tensor holds NaN or Inf where finite values are required (diverged training, corrupt input)."""
+
+
+class ContractError(AssertionError):
+    """An internal shape contract is broken: a bug, reported with its traceback (never as a user error)."""

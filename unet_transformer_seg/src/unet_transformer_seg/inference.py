@@ -1,24 +1,76 @@
-"""Loading a trained model from a checkpoint and segmenting single images at their original size."""
+"""From a trained model to predictions at each image's own size.
+
+Geometry follows `data.resize_mode` (the way the model was trained):
+- `resize`: the whole image is resized to S x S (S = data.image_size), the logits are resized back;
+- `pad` and `random_crop`: sliding windows of S x S over the image at its own size (`tiling.py`); `random_crop`
+  first scales an image with a side shorter than S up until it covers a window, as in training, and scales the
+  logits back. `InferenceOptions(tiles=True)` uses windows in `resize` mode too.
+
+Logits at native size are materialised one image at a time, except for a batch of images that each fit in one
+training-size window (then they are no larger than the model output the batch produced anyway).
+
+Test-time augmentation `tta="flip"`: the model sees the image, its horizontal flip and its vertical flip; the three
+softmax (or sigmoid) probability maps, flipped back, are averaged. Probabilities, not logits: they share a scale, so
+one over-confident view cannot outvote the others by logit magnitude, and their mean is again a probability (as in
+model ensembling). The mean is turned back into logits (log p, or log(p / (1 - p)) for one sigmoid channel), so that
+window blending, resizing, argmax and the loss treat it like any other logits.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Tuple
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
 import torch
 
+from .checks import install_nonfinite_hooks
 from .config import Config, config_from_dict
-from .data.transforms import normalize, resize_image, resize_logits
+from .data.transforms import cover_size, normalize, resize_image, resize_logits
 from .errors import CheckpointError, ConfigError
-from .losses import logits_to_labels
+from .labels import class_colours, logits_to_labels
 from .models import build_model
-from .training.checkpointing import load_checkpoint, resolve_checkpoint_path
-from .training.plots import class_colours
+from .tiling import sliding_window_logits
+from .checkpointing import load_checkpoint, resolve_checkpoint_path
+
+TTA_CHOICES = ("none", "flip")
 
 
-def load_trained_model(checkpoint: str | Path, device: str = "cpu") -> Tuple[torch.nn.Module, Config]:
-    """Model in eval mode on `device` and its config, from a checkpoint file or a run folder (its last.pt)."""
+@dataclass(frozen=True)
+class InferenceOptions:
+    """tiles: sliding windows even in resize mode; tile_overlap in [0, 1); tile_batch: windows per forward pass
+    (None: train.eval_batch_size); tta: none | flip."""
+
+    tiles: bool = False
+    tile_overlap: float = 0.25
+    tile_batch: Optional[int] = None
+    tta: str = "none"
+
+    @staticmethod
+    def add_arguments(parser) -> None:
+        """The command-line flags of eval.py and predict.py: --tiles, --tile-overlap, --tile-batch, --tta."""
+        parser.add_argument("--tiles", action="store_true", help="sliding windows at native size even in resize mode")
+        parser.add_argument("--tile-overlap", type=float, default=0.25, help="overlap of neighbouring windows, [0, 1)")
+        parser.add_argument("--tile-batch", type=int, help="windows per forward pass (default: train.eval_batch_size)")
+        parser.add_argument("--tta", default="none", choices=TTA_CHOICES, help="flip: average over h/v flips")
+
+    @classmethod
+    def from_arguments(cls, args) -> "InferenceOptions":
+        return cls(args.tiles, args.tile_overlap, args.tile_batch, args.tta)
+
+    def __post_init__(self):
+        if not 0.0 <= self.tile_overlap < 1.0:
+            raise ConfigError(f"--tile-overlap must be in [0, 1), got {self.tile_overlap}")
+        if self.tile_batch is not None and self.tile_batch < 1:
+            raise ConfigError(f"--tile-batch must be >= 1, got {self.tile_batch}")
+        if self.tta not in TTA_CHOICES:
+            raise ConfigError(f"--tta must be one of {', '.join(TTA_CHOICES)}, got {self.tta!r}")
+
+
+def load_trained_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> Tuple[torch.nn.Module, Config]:
+    """Model in eval mode on `device` and its config, from a checkpoint file or a run folder (its last.pt); with
+    `run.debug_checks` in the config, NaN/Inf hooks on every module."""
     path = resolve_checkpoint_path(checkpoint)
     state = load_checkpoint(path)
     try:
@@ -30,20 +82,82 @@ def load_trained_model(checkpoint: str | Path, device: str = "cpu") -> Tuple[tor
         model.load_state_dict(state["model"])
     except RuntimeError as exc:
         raise CheckpointError(f"checkpoint {path} weights do not fit its config: {exc}") from None
+    if cfg.run.debug_checks:
+        install_nonfinite_hooks(model)
     return model.to(device).eval(), cfg
 
 
-@torch.no_grad()
-def segment_image(model: torch.nn.Module, cfg: Config, image: torch.Tensor) -> torch.Tensor:
-    """image [C, H, W] float in [0, 1] at any size -> labels [H, W] int64 at the same size.
+def probabilities_to_logits(probabilities: torch.Tensor) -> torch.Tensor:
+    """[B, K, H, W] probabilities -> logits with those probabilities: log p (K > 1) or log(p / (1 - p)) (K = 1)."""
+    if probabilities.shape[1] == 1:
+        return torch.logit(probabilities, eps=1e-7)
+    return probabilities.clamp(min=torch.finfo(probabilities.dtype).tiny).log()
 
-    The image is resized to data.image_size, normalised, segmented, and the logits are resized back.
-    """
-    device = next(model.parameters()).device
-    size = (cfg.data.image_size, cfg.data.image_size)
-    model_input = normalize(resize_image(image, size), cfg.data.mean, cfg.data.std)[None].to(device)
-    logits = resize_logits(model(model_input), tuple(image.shape[-2:]))  # [1, K, H, W]
-    return logits_to_labels(logits)[0].cpu()
+
+def flip_tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """images [B, C, H, W] -> logits [B, K, H, W] of the mean probabilities over identity, h-flip and v-flip."""
+    batch = images.shape[0]
+    views = torch.cat([images, images.flip(-1), images.flip(-2)])  # [3B, C, H, W]
+    logits = model(views).float()  # [3B, K, H, W]
+    as_probabilities = torch.sigmoid if logits.shape[1] == 1 else (lambda x: torch.softmax(x, dim=1))
+    identity, hflip, vflip = as_probabilities(logits).split(batch)
+    return probabilities_to_logits((identity + hflip.flip(-1) + vflip.flip(-2)) / 3.0)
+
+
+class Segmenter:
+    """Predicts logits at each image's own size with a trained model (eval mode, no gradients)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: Config, options: InferenceOptions = InferenceOptions()):
+        self.model, self.cfg, self.options = model, cfg, options
+        self.window = cfg.data.image_size
+        self.windowed = options.tiles or cfg.data.resize_mode != "resize"
+        self.tile_batch = options.tile_batch or cfg.train.eval_batch_size
+        self.alignment = 2**cfg.model.depth
+        self.device = next(model.parameters()).device
+
+    @property
+    def resizes_input(self) -> bool:
+        """True when images go to the model resized to S x S (the dataset may resize them in its workers)."""
+        return not self.windowed
+
+    def predict(self, images: torch.Tensor) -> torch.Tensor:
+        """[n, C, S', S'] normalised -> logits [n, K, S', S'] float32, with the configured test-time augmentation."""
+        images = images.to(self.device)
+        if self.options.tta == "flip":
+            return flip_tta_logits(self.model, images)
+        return self.model(images).float()
+
+    @torch.no_grad()
+    def native_logits(self, images: torch.Tensor, size: Tuple[int, int]) -> Iterator[Tuple[slice, torch.Tensor]]:
+        """images [B, C, h, w] normalised (S x S when `resizes_input`, else the images' own size), all of one original
+        size (H0, W0) -> yields (which images, logits [b, K, H0, W0]): the whole batch at once when H0 * W0 <= S * S,
+        else one image at a time."""
+        batch = images.shape[0]
+        together = size[0] * size[1] <= self.window * self.window
+        if self.resizes_input:
+            logits = torch.cat([self.predict(images[start : start + self.tile_batch])
+                                for start in range(0, batch, self.tile_batch)])  # [B, K, S, S]
+            groups = [slice(0, batch)] if together else [slice(i, i + 1) for i in range(batch)]
+            for rows in groups:
+                yield rows, resize_logits(logits[rows], size)
+            return
+        if self.cfg.data.resize_mode == "random_crop":
+            images = resize_image(images, cover_size(*size, self.window))  # [B, C, h, w], both sides >= S
+        fits_one_window = max(images.shape[-2:]) <= self.window
+        groups = [slice(0, batch)] if fits_one_window else [slice(i, i + 1) for i in range(batch)]
+        for rows in groups:
+            logits = sliding_window_logits(self.predict, images[rows].to(self.device), self.window,
+                                           self.options.tile_overlap, self.tile_batch, self.alignment)
+            yield rows, resize_logits(logits, size)
+
+    def segment(self, image: torch.Tensor) -> torch.Tensor:
+        """image [C, H0, W0] float in [0, 1] -> labels [H0, W0] int64 at the same size."""
+        size = tuple(image.shape[-2:])
+        model_input = normalize(image, self.cfg.data.mean, self.cfg.data.std)
+        if self.resizes_input:
+            model_input = resize_image(model_input, (self.window, self.window))
+        (_, logits), = self.native_logits(model_input[None], size)
+        return logits_to_labels(logits)[0].cpu()
 
 
 def overlay(image: torch.Tensor, labels: torch.Tensor, num_classes: int, alpha: float = 0.5) -> np.ndarray:

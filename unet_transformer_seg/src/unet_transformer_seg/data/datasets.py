@@ -1,21 +1,25 @@
-"""Folder dataset for real data, the per-sample transform wrapper, and building datasets from a config.
+"""Folder dataset for real data, the per-sample transform wrapper, evaluation batches, class statistics, and building
+datasets from a config.
 
 Folder layout (paired by file stem):
-    ROOT/train/images/NAME.png|jpg|jpeg   ROOT/train/masks/NAME.png
-    ROOT/val/...                          ROOT/test/... (optional)
+    ROOT/train/images/NAME.png|jpg|jpeg|tif|tiff|bmp   ROOT/train/masks/NAME.png|tif|tiff|bmp
+    ROOT/val/...                                        ROOT/test/... (optional)
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..config import Config
 from ..errors import DataError
-from .image_io import IMAGE_SUFFIXES, read_image, read_mask
+from ..labels import IGNORE_LABEL
+from .image_io import IMAGE_SUFFIXES, MASK_SUFFIXES, image_size, read_image, read_mask
 from .toy_shapes import ToyShapesDataset
 from .transforms import SegmentationTransform
 
@@ -23,7 +27,8 @@ AUGMENT_STREAM = 7  # keeps augmentation draws apart from any other use of the s
 
 
 class FolderDataset(torch.utils.data.Dataset):
-    """Items: image [C, H, W] float32 in [0, 1] at the file's own size, mask [H, W] int64 class ids."""
+    """Items: image [C, H, W] float32 in [0, 1] at the file's own size, mask [H, W] int64 class ids (IGNORE_LABEL where
+    the file holds `ignore_index`)."""
 
     def __init__(
         self,
@@ -32,11 +37,13 @@ class FolderDataset(torch.utils.data.Dataset):
         in_channels: int,
         num_classes: int,
         palette: Optional[Sequence[Sequence[int]]] = None,
+        ignore_index: Optional[int] = None,
     ):
         self.split_dir = Path(root) / split
         self.in_channels = in_channels
         self.num_classes = num_classes
         self.palette = palette
+        self.ignore_index = ignore_index
         self.pairs = self._find_pairs()
 
     def _find_pairs(self) -> List[Tuple[Path, Path]]:
@@ -45,14 +52,19 @@ class FolderDataset(torch.utils.data.Dataset):
             if not folder.is_dir():
                 raise DataError(f"folder not found: {folder} (expected ROOT/<split>/images and ROOT/<split>/masks)")
         images = sorted(p for p in image_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-        masks = {p.stem: p for p in mask_dir.iterdir() if p.suffix.lower() == ".png"}
+        mask_files = sorted(p for p in mask_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        masks = {p.stem: p for p in mask_files if p.suffix.lower() in MASK_SUFFIXES}
         if not images:
-            raise DataError(f"no images (*.png, *.jpg, *.jpeg) in {image_dir}")
+            raise DataError(f"no images ({', '.join('*' + s for s in IMAGE_SUFFIXES)}) in {image_dir}")
         stems = [p.stem for p in images]
         if len(set(stems)) != len(stems):
             duplicate = next(s for s in stems if stems.count(s) > 1)
             raise DataError(f"two images share the stem '{duplicate}' in {image_dir}")
+        lossy = {p.stem: p for p in mask_files if p.suffix.lower() not in MASK_SUFFIXES}
         for image_path in images:
+            if image_path.stem in lossy and image_path.stem not in masks:
+                raise DataError(f"mask {lossy[image_path.stem]} is a JPEG: lossy compression changes class ids; "
+                                f"save masks as PNG, TIFF or BMP")
             if image_path.stem not in masks:
                 raise DataError(f"image {image_path} has no mask {mask_dir / (image_path.stem + '.png')}")
         orphans = sorted(set(masks) - set(stems))
@@ -66,12 +78,20 @@ class FolderDataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         image_path, mask_path = self.pairs[index]
         image = read_image(image_path, self.in_channels)
-        mask = read_mask(mask_path, self.num_classes, self.palette)
+        mask = self.read_mask(index)
         if tuple(image.shape[-2:]) != tuple(mask.shape):
             raise DataError(
                 f"mask {mask_path} is {tuple(mask.shape)} but image {image_path} is {tuple(image.shape[-2:])}"
             )
         return image, mask
+
+    def read_mask(self, index: int) -> torch.Tensor:
+        """The mask of item `index` alone, [H, W] int64 (the image is not read)."""
+        return read_mask(self.pairs[index][1], self.num_classes, self.palette, self.ignore_index)
+
+    def size_of(self, index: int) -> Tuple[int, int]:
+        """(height, width) of image `index`, from its file header."""
+        return image_size(self.pairs[index][0])
 
     def name(self, index: int) -> str:
         return self.pairs[index][0].stem
@@ -82,7 +102,7 @@ class SegmentationSplit(torch.utils.data.Dataset):
 
     Training items: (image [C, S, S], mask [S, S]) with S = data.image_size; the augmentation of item i in epoch e
     draws from `np.random.default_rng([seed, AUGMENT_STREAM, e, i])`, so it does not depend on workers or ranks.
-    Evaluation items: (image [C, S, S], mask [S, S], full_mask [H0, W0]) where full_mask is the untouched original.
+    Evaluation items: (image [C, S, S] resized, or [C, H0, W0] at its own size, normalised; mask [H0, W0] untouched).
     """
 
     def __init__(self, base, transform: SegmentationTransform, seed: int):
@@ -97,44 +117,76 @@ class SegmentationSplit(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.base)
 
-    def __getitem__(self, index: int):
-        image, full_mask = self.base[index]
+    def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        image, mask = self.base[index]
         rng = np.random.default_rng([self.seed, AUGMENT_STREAM, self.epoch, index]) if self.transform.train else None
-        image, mask = self.transform(image, full_mask, rng)
-        if self.transform.train:
-            return image, mask
-        return image, mask, full_mask
+        return self.transform(image, mask, rng)
+
+    def size_of(self, index: int) -> Tuple[int, int]:
+        """(height, width) of item `index` on disk."""
+        return self.base.size_of(index)
 
     def name(self, index: int) -> str:
         return self.base.name(index)
 
 
-def eval_collate(items):
-    """Stack images and resized masks; keep original-size masks as a list (their sizes may differ)."""
-    images = torch.stack([item[0] for item in items])  # [B, C, S, S]
-    masks = torch.stack([item[1] for item in items])  # [B, S, S]
-    return images, masks, [item[2] for item in items]
+def eval_collate(items) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Stack images [B, C, h, w] and masks [B, H0, W0] of one evaluation batch (all items share their sizes)."""
+    return torch.stack([item[0] for item in items]), torch.stack([item[1] for item in items])
+
+
+def size_grouped_batches(sizes: Mapping[int, Tuple[int, int]], max_images: int, pixel_budget: int) -> List[List[int]]:
+    """Evaluation batches from {index: (height, width)}: items of one image size together, at most `max_images` per
+    batch and at most `pixel_budget` pixels (always at least one image). Sizes keep the order they first appear in."""
+    by_size: Dict[Tuple[int, int], List[int]] = defaultdict(list)
+    for index, size in sizes.items():
+        by_size[tuple(size)].append(index)
+    batches = []
+    for (height, width), members in by_size.items():
+        per_batch = max(1, min(max_images, pixel_budget // (height * width)))
+        batches += [members[start : start + per_batch] for start in range(0, len(members), per_batch)]
+    return batches
+
+
+class _MaskClassCounts(torch.utils.data.Dataset):
+    """Item i: pixel count per class [N] int64 of mask i (ignored pixels left out); read in DataLoader workers."""
+
+    def __init__(self, base, num_classes: int):
+        self.base, self.num_classes = base, num_classes
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        mask = self.base.read_mask(index)
+        return torch.bincount(mask[mask != IGNORE_LABEL].reshape(-1), minlength=self.num_classes)
+
+
+def class_pixel_counts(base, num_classes: int, num_workers: int = 0, show_progress: bool = False) -> torch.Tensor:
+    """Pixel count per class over every mask of a base dataset, [N] int64; each mask is read once, images never."""
+    loader = torch.utils.data.DataLoader(_MaskClassCounts(base, num_classes), batch_size=None, num_workers=num_workers,
+                                         generator=torch.Generator())  # leaves the global RNG alone
+    total = torch.zeros(num_classes, dtype=torch.int64)
+    for counts in tqdm(loader, total=len(base), desc="class frequencies", disable=not show_progress, leave=False):
+        total += counts
+    return total
 
 
 def base_dataset(cfg: Config, split: str, root: Optional[str] = None):
     """The untransformed dataset of one split: toy shapes, or the folder at `root` (default data.root)."""
     data = cfg.data
     if root is None and data.kind == "toy":
-        sizes = {"train": data.train_size, "val": data.val_size, "test": data.test_size}
-        return ToyShapesDataset(
-            sizes[split], data.image_size, cfg.run.seed, split, data.in_channels, data.binary, data.max_shapes,
-            data.noise_std,
-        )
-    return FolderDataset(root or data.root, split, data.in_channels, data.num_classes, data.palette)
+        return ToyShapesDataset.from_config(cfg, split)
+    return FolderDataset(root or data.root, split, data.in_channels, data.num_classes, data.palette, data.ignore_index)
 
 
-def build_split(cfg: Config, split: str, train: bool, root: Optional[str] = None) -> SegmentationSplit:
+def build_split(
+    cfg: Config, split: str, train: bool, root: Optional[str] = None, resize_for_eval: bool = True
+) -> SegmentationSplit:
+    """A split with its transform; `resize_for_eval=False` keeps evaluation images at their own size (windows)."""
     data = cfg.data
     transform = SegmentationTransform(
-        data.image_size, data.mean, data.std, train, data.resize_mode, data.hflip, data.vflip, data.rot90
+        data.image_size, data.mean, data.std, train, data.resize_mode, data.hflip, data.vflip, data.rot90,
+        resize_for_eval,
     )
     return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed)
-
-
-def build_datasets(cfg: Config) -> Dict[str, SegmentationSplit]:
-    return {"train": build_split(cfg, "train", train=True), "val": build_split(cfg, "val", train=False)}

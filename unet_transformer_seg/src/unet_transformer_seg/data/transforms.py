@@ -1,8 +1,18 @@
 """Transforms that keep image and mask aligned.
 
-Images are [C, H, W] float32, masks [H, W] int64. Geometry (resize, crop, flips, 90-degree rotations) is applied
-to both with the same parameters; masks are resized with nearest neighbour so class ids stay class ids.
-Random choices come from a numpy Generator passed in, so a sample's augmentation is a pure function of that generator.
+Images are [C, H, W] float32, masks [H, W] int64. Images are normalised first, so padding with 0 is padding with the
+mean colour. Geometry (resize, pad, crop, flips, 90-degree rotations) is applied to both with the same parameters;
+masks are resized with nearest neighbour, so class ids and IGNORE_LABEL stay what they are, and padded mask pixels
+hold IGNORE_LABEL, so no loss or metric sees them. Random choices come from a numpy Generator passed in, so a
+sample's augmentation is a pure function of that generator.
+
+`data.resize_mode` decides how a training window of S x S (S = data.image_size) is made:
+- `resize`: the whole image is resized to S x S (aspect ratio not kept); evaluation resizes the same way.
+- `pad`: native resolution; sides shorter than S are padded (the image at a random place in the window), then a
+  random S x S window is cut. Evaluation runs sliding windows over the image at its own size.
+- `random_crop`: native resolution; an image with a side shorter than S is first scaled up (aspect kept) until it
+  covers a window (`cover_size`), then a random S x S window is cut. Evaluation scales the same way, runs sliding
+  windows, and resizes the logits back.
 """
 
 from __future__ import annotations
@@ -13,17 +23,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..labels import IGNORE_LABEL
+
+RESIZE_MODES = ("resize", "pad", "random_crop")
+
 
 def resize_image(image: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
-    """[C, H, W] -> [C, h, w], bilinear (antialiased when shrinking)."""
+    """[C, H, W] -> [C, h, w] (or [B, C, H, W] -> [B, C, h, w]), bilinear, antialiased when shrinking."""
     if tuple(image.shape[-2:]) == tuple(size):
         return image
     shrinking = size[0] < image.shape[-2] or size[1] < image.shape[-1]
-    return F.interpolate(image[None], size=size, mode="bilinear", align_corners=False, antialias=shrinking)[0]
+    batch = image if image.dim() == 4 else image[None]
+    resized = F.interpolate(batch, size=size, mode="bilinear", align_corners=False, antialias=shrinking)
+    return resized if image.dim() == 4 else resized[0]
 
 
 def resize_mask(mask: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
-    """[H, W] int64 -> [h, w] int64, nearest neighbour."""
+    """[H, W] int64 -> [h, w] int64, nearest neighbour (IGNORE_LABEL is kept like any id)."""
     if tuple(mask.shape[-2:]) == tuple(size):
         return mask
     return F.interpolate(mask[None, None].float(), size=size, mode="nearest-exact")[0, 0].long()
@@ -36,16 +52,51 @@ def resize_logits(logits: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
     return F.interpolate(logits, size=size, mode="bilinear", align_corners=False)
 
 
+def cover_size(height: int, width: int, size: int) -> Tuple[int, int]:
+    """The size `random_crop` scales an image to: unchanged if both sides are >= size, else scaled up (aspect kept)
+    until both are."""
+    scale = max(size / height, size / width, 1.0)
+    if scale == 1.0:
+        return height, width
+    return max(size, round(height * scale)), max(size, round(width * scale))
+
+
+def pad_to_cover(
+    image: torch.Tensor, mask: torch.Tensor, size: int, rng: Optional[np.random.Generator] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Pad sides shorter than `size`: the image with 0, the mask with IGNORE_LABEL. With `rng` the image lands at a
+    random place in the padded area, else at the top left."""
+    height, width = image.shape[-2:]
+    pad_h, pad_w = max(0, size - height), max(0, size - width)
+    if pad_h == 0 and pad_w == 0:
+        return image, mask
+    top = int(rng.integers(0, pad_h + 1)) if rng is not None else 0
+    left = int(rng.integers(0, pad_w + 1)) if rng is not None else 0
+    padding = (left, pad_w - left, top, pad_h - top)
+    return F.pad(image, padding, value=0.0), F.pad(mask, padding, value=IGNORE_LABEL)
+
+
 def random_crop(
     image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Crop a random size x size window; an image smaller than that is first scaled up (aspect kept) to fit."""
+    covering = cover_size(*image.shape[-2:], size)
+    image, mask = resize_image(image, covering), resize_mask(mask, covering)
+    return _crop_at_random(image, mask, size, rng)
+
+
+def random_padded_crop(
+    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Crop a random size x size window at native resolution, padding sides shorter than size (mask: ignored)."""
+    image, mask = pad_to_cover(image, mask, size, rng)
+    return _crop_at_random(image, mask, size, rng)
+
+
+def _crop_at_random(
+    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator
+) -> Tuple[torch.Tensor, torch.Tensor]:
     height, width = image.shape[-2:]
-    scale = max(size / height, size / width, 1.0)
-    if scale > 1.0:
-        new_size = (max(size, round(height * scale)), max(size, round(width * scale)))
-        image, mask = resize_image(image, new_size), resize_mask(mask, new_size)
-        height, width = new_size
     top = int(rng.integers(0, height - size + 1))
     left = int(rng.integers(0, width - size + 1))
     return image[:, top : top + size, left : left + size], mask[top : top + size, left : left + size]
@@ -72,9 +123,11 @@ def normalize(image: torch.Tensor, mean: float, std: float) -> torch.Tensor:
 
 
 class SegmentationTransform:
-    """Bring an (image, mask) pair to the training size, augment (training only) and normalise.
+    """Normalise an (image, mask) pair, bring it to the model's input geometry and augment (training only).
 
-    Training: `resize_mode: resize` resizes, `random_crop` crops a random window. Evaluation always resizes.
+    Training: an S x S window made as `resize_mode` says, then flips / 90-degree turns.
+    Evaluation: the whole image resized to S x S when `resize_for_eval` (resize mode without forced tiles), else the
+    image at its own size (the sliding window takes it from there); the mask is left at its own size.
     """
 
     def __init__(
@@ -87,20 +140,28 @@ class SegmentationTransform:
         hflip: bool = False,
         vflip: bool = False,
         rot90: bool = False,
+        resize_for_eval: bool = True,
     ):
-        self.size = (image_size, image_size)
+        if resize_mode not in RESIZE_MODES:
+            raise ValueError(f"unknown resize_mode {resize_mode!r}")
+        self.size = image_size
         self.mean, self.std = mean, std
         self.train = train
         self.resize_mode = resize_mode
         self.hflip, self.vflip, self.rot90 = hflip, vflip, rot90
+        self.resize_for_eval = resize_for_eval
 
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, rng: Optional[np.random.Generator]
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        if self.train and self.resize_mode == "random_crop":
-            image, mask = random_crop(image, mask, self.size[0], rng)
+        image = normalize(image, self.mean, self.std)
+        square = (self.size, self.size)
+        if not self.train:
+            return (resize_image(image, square) if self.resize_for_eval else image), mask
+        if self.resize_mode == "random_crop":
+            image, mask = random_crop(image, mask, self.size, rng)
+        elif self.resize_mode == "pad":
+            image, mask = random_padded_crop(image, mask, self.size, rng)
         else:
-            image, mask = resize_image(image, self.size), resize_mask(mask, self.size)
-        if self.train:
-            image, mask = random_flip_rotate(image, mask, rng, self.hflip, self.vflip, self.rot90)
-        return normalize(image, self.mean, self.std), mask
+            image, mask = resize_image(image, square), resize_mask(mask, square)
+        return random_flip_rotate(image, mask, rng, self.hflip, self.vflip, self.rot90)

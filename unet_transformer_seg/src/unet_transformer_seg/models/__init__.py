@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from ..config import Config
+from ..losses import SIGMOID_LOSSES
 from .unet import UNet, UNetTransformer
 
 
 def output_channels(cfg: Config) -> int:
     """1 logit channel for the sigmoid losses (bce, bce_dice), else one per class."""
-    return 1 if cfg.train.loss in ("bce", "bce_dice") else cfg.data.num_classes
+    return 1 if cfg.train.loss in SIGMOID_LOSSES else cfg.data.num_classes
 
 
-def build_model(cfg: Config):
+def build_model(cfg: Config) -> UNet:
+    """UNet or UNetTransformer as `model.*` says, with `data.in_channels` inputs and `output_channels(cfg)` logits."""
     model_cfg, data = cfg.model, cfg.data
     common = dict(
         in_channels=data.in_channels,

@@ -67,16 +67,16 @@ class MultiHeadAttention(nn.Module):
             mask = mask.unsqueeze(1)  # [B|1, 1, T, S]
         dropout_p = self.dropout if self.training else 0.0
         if self.impl == "sdpa":
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # [B, h, T, d]
         else:
             scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, h, T, S]
             if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))
-            weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout_p)
+                scores = scores.masked_fill(~mask, float("-inf"))  # [B, h, T, S]
+            weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout_p)  # [B, h, T, S]
             context = torch.matmul(weights, v)  # [B, h, T, d]
         batch, _, length, _ = context.shape
         context = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # [B, T, D]
-        return self.out_proj(context)
+        return self.out_proj(context)  # [B, T, D]
 
 
 class FeedForward(nn.Module):
@@ -88,7 +88,7 @@ class FeedForward(nn.Module):
         self.net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(x)  # [B, T, D] -> [B, T, rD] -> [B, T, D]
 
 
 class TransformerBlock(nn.Module):
@@ -103,8 +103,8 @@ class TransformerBlock(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), mask=mask))
-        return x + self.drop(self.ffn(self.norm2(x)))
+        x = x + self.drop(self.attn(self.norm1(x), mask=mask))  # [B, T, D]
+        return x + self.drop(self.ffn(self.norm2(x)))  # [B, T, D]
 
 
 def positional_encoding_2d(height: int, width: int, dim: int, device=None, dtype=torch.float32) -> torch.Tensor:
@@ -150,11 +150,11 @@ class TransformerBottleneck(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, height, width = x.shape
         tokens = x.flatten(2).transpose(1, 2)  # [B, h*w, C]
-        tokens = tokens + positional_encoding_2d(height, width, channels, x.device, x.dtype)
+        tokens = tokens + positional_encoding_2d(height, width, channels, x.device, x.dtype)  # [B, h*w, C]
         for block in self.blocks:
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                tokens = checkpoint(block, tokens, use_reentrant=False)
+                tokens = checkpoint(block, tokens, use_reentrant=False)  # [B, h*w, C]
             else:
-                tokens = block(tokens)
-        tokens = self.norm(tokens)
+                tokens = block(tokens)  # [B, h*w, C]
+        tokens = self.norm(tokens)  # [B, h*w, C]
         return tokens.transpose(1, 2).reshape(batch, channels, height, width)  # [B, C, h, w]

@@ -1,8 +1,11 @@
 """U-Net and the U-Net with a transformer bottleneck.
 
-Input sizes: H and W must be multiples of 2**depth (each level halves them). Other sizes raise ShapeError with the
-nearest valid sizes; the scripts resize images to data.image_size (a valid size, checked in the config) before the
-model sees them, and resize predictions back, so users never have to pad.
+Input sizes: H and W must be multiples of 2**depth (each level halves them). Other sizes raise ShapeError (a user
+error) with the nearest valid sizes; the scripts resize, pad or tile images into windows of data.image_size (a valid
+size, checked in the config) before the model sees them, so users never have to pad.
+
+The entry check is shape-only (no host sync); NaN/Inf checks of the input and of every layer's output are installed
+as hooks when `run.debug_checks` is true (`checks.install_nonfinite_hooks`).
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import math
 import torch
 from torch import nn
 
-from ..checks import assert_shape, check_finite
+from ..checks import assert_shape
 from ..errors import ShapeError
 from .transformer import TransformerBottleneck
 
 
 def make_norm(kind: str, channels: int) -> nn.Module:
-    if kind == "batch":
+    """BatchNorm2d for `batch` and `syncbatch` (the trainer converts it to SyncBatchNorm under torchrun), else
+    GroupNorm with gcd(8, channels) groups."""
+    if kind in ("batch", "syncbatch"):
         return nn.BatchNorm2d(channels)
     return nn.GroupNorm(math.gcd(8, channels), channels)
 
@@ -38,7 +43,7 @@ class ConvBlock(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(x)  # [B, C_in, H, W] -> [B, C_out, H, W]
 
 
 class UNet(nn.Module):
@@ -73,7 +78,8 @@ class UNet(nn.Module):
         self.bottleneck_channels = widths[-1]
 
     def check_input(self, x: torch.Tensor) -> dict:
-        dims = assert_shape(x, f"B,{self.in_channels},H,W", name="model input")
+        """Shape check of what a caller passes in: a mismatch is the caller's error (ShapeError), not a bug."""
+        dims = assert_shape(x, f"B,{self.in_channels},H,W", name="model input", error=ShapeError)
         factor = 2**self.depth
         if dims["H"] % factor or dims["W"] % factor:
             padded_h, padded_w = (math.ceil(size / factor) * factor for size in (dims["H"], dims["W"]))
@@ -81,7 +87,6 @@ class UNet(nn.Module):
                 f"model input is {dims['H']}x{dims['W']} but height and width must be multiples of 2**depth = "
                 f"{factor} (e.g. {padded_h}x{padded_w}); resize or pad the image"
             )
-        check_finite(x, "model input")
         return dims
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -90,13 +95,13 @@ class UNet(nn.Module):
         for encoder in self.encoders:
             x = encoder(x)  # [B, C_i, H/2**i, W/2**i]
             skips.append(x)
-            x = self.pool(x)
+            x = self.pool(x)  # [B, C_i, H/2**(i+1), W/2**(i+1)]
         x = self.bottleneck_transform(self.bottleneck(x))  # [B, C_b, H/2**depth, W/2**depth]
         for upsample, decoder, skip in zip(self.upsamplers, self.decoders, reversed(skips)):
-            x = decoder(torch.cat([upsample(x), skip], dim=1))
-        logits = self.head(x)
+            upsampled = upsample(x)  # [B, C_i, H/2**i, W/2**i] from [B, C_{i+1}, H/2**(i+1), W/2**(i+1)]
+            x = decoder(torch.cat([upsampled, skip], dim=1))  # [B, 2*C_i, ...] -> [B, C_i, H/2**i, W/2**i]
+        logits = self.head(x)  # [B, K, H, W]
         assert_shape(logits, f"B,{self.out_channels},H,W", name="model logits", dims=dims)
-        check_finite(logits, "model logits")
         return logits
 
 

@@ -1,5 +1,10 @@
-"""Process-group helpers. Under `torchrun` (WORLD_SIZE > 1) training uses DistributedDataParallel with gloo on CPU
-and nccl on CUDA; otherwise everything here is a no-op for a single process."""
+"""Process-group helpers. Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, even with one process)
+training uses DistributedDataParallel; otherwise everything here is a no-op for a single process.
+
+On CUDA the group is created with the backend string "cpu:gloo,cuda:nccl": collectives on CUDA tensors (the per-step
+loss, DDP's gradients, SyncBatchNorm) go through nccl, those on CPU tensors (the validation counters, the weight
+check) through gloo, so every collective runs on a device its backend serves. On CPU the group is gloo only.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +14,35 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
 
 @dataclass
 class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
+    enabled: bool = False  # a process group exists (launched by torchrun)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
 
+def backend_for(device_type: str) -> str:
+    return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+
+
 def init_distributed(device_type: str) -> DistInfo:
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size <= 1:
+    """Join the process group when launched by torchrun; a plain `python scripts/train.py` gets DistInfo()."""
+    if not all(name in os.environ for name in TORCHRUN_VARIABLES):
         return DistInfo()
-    backend = "nccl" if device_type == "cuda" else "gloo"
-    if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_type == "cuda":
         torch.cuda.set_device(local_rank)
-    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend_for(device_type))
+    return DistInfo(dist.get_rank(), dist.get_world_size(), local_rank, enabled=True)
 
 
 def barrier(info: DistInfo) -> None:
@@ -50,7 +57,7 @@ def shutdown_distributed(info: DistInfo) -> None:
 
 
 def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
-    """Sum over ranks (in place on a copy); identity for one process."""
+    """Sum over ranks (on a copy, on the tensor's own device); identity without a process group."""
     if not info.enabled:
         return tensor
     reduced = tensor.clone()

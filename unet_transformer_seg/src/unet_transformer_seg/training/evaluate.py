@@ -1,29 +1,44 @@
-"""Evaluation over a whole split: loss at the training size, metrics at each image's original size."""
+"""Evaluation over a whole split at each image's original size: loss, pooled and per-image metrics, predictions.
+
+Images are batched by size (`size_grouped_batches`: at most train.eval_batch_size images and at most
+train.eval_batch_size * S * S pixels per batch); the Segmenter turns each batch into logits at the original size,
+one image at a time unless the images are no larger than a training window. The validation loss is the loss of each
+such group of logits against the original masks, averaged with the group's number of images.
+"""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
 
 import torch
 
 from ..config import Config
-from ..data.datasets import SegmentationSplit, eval_collate
-from ..data.transforms import resize_logits
-from ..losses import LossFn, logits_to_labels
-from ..metrics import ConfusionMatrix, scores_from_confusion
+from ..data.datasets import SegmentationSplit, build_split, eval_collate, size_grouped_batches
+from ..data.image_io import write_label_png, write_png
+from ..inference import InferenceOptions, Segmenter, overlay
+from ..labels import logits_to_labels
+from ..losses import LossFn
+from ..metrics import SegmentationScores
 from .distributed import DistInfo, all_reduce_sum
+from .run_folder import write_csv
+
+PredictionCallback = Callable[[int, torch.Tensor], None]  # (dataset index, labels [H0, W0] int64 on the CPU)
 
 
-def predict_full_size(logits: torch.Tensor, full_masks: List[torch.Tensor]) -> List[torch.Tensor]:
-    """logits [B, K, S, S] -> one [H_i, W_i] label map per image, resizing logits back to each original size."""
-    sizes = {tuple(mask.shape) for mask in full_masks}
-    if sizes == {tuple(logits.shape[-2:])}:
-        return list(logits_to_labels(logits))
-    if len(sizes) == 1:
-        return list(logits_to_labels(resize_logits(logits, sizes.pop())))
-    return [
-        logits_to_labels(resize_logits(logits[i : i + 1], tuple(mask.shape)))[0] for i, mask in enumerate(full_masks)
-    ]
+@dataclass
+class Evaluation:
+    scores: Dict[str, object]  # loss, num_images and SegmentationScores.compute()
+    rows: List[Dict[str, object]] = field(default_factory=list)  # one per image when asked for
+
+
+def evaluation_split(cfg: Config, split: str, options: InferenceOptions = InferenceOptions(),
+                     root: Optional[str] = None) -> SegmentationSplit:
+    """The split as evaluation needs it: images resized to S x S in the data workers when the model sees them so
+    (resize mode without tiles), else at their own size."""
+    resize_for_eval = not (options.tiles or cfg.data.resize_mode != "resize")
+    return build_split(cfg, split, train=False, root=root, resize_for_eval=resize_for_eval)
 
 
 @torch.no_grad()
@@ -31,42 +46,64 @@ def evaluate(
     model: torch.nn.Module,
     dataset: SegmentationSplit,
     cfg: Config,
-    device: torch.device,
     loss_fn: LossFn,
     dist_info: Optional[DistInfo] = None,
-    prediction_callback=None,
-) -> Dict[str, object]:
-    """Returns loss, mean_dice, mean_iou, pixel_accuracy, per_class_dice, per_class_iou, num_images.
+    options: InferenceOptions = InferenceOptions(),
+    prediction_callback: Optional[PredictionCallback] = None,
+    keep_rows: bool = False,
+) -> Evaluation:
+    """Evaluate `model` on `dataset` (made by `evaluation_split` with the same options).
 
-    With several ranks each evaluates indices rank, rank + world, ... and the confusion matrices and loss sums are
-    summed across ranks, so the metrics equal those of one process. `prediction_callback(index, labels)` receives
-    every original-size prediction (used to save masks).
+    With several ranks each evaluates indices rank, rank + world, ... and every counter is summed across ranks, so
+    the scores equal those of one process (rows stay per rank). `prediction_callback(index, labels)` receives every
+    original-size prediction (used to save masks).
     """
     dist_info = dist_info or DistInfo()
-    indices = list(range(dist_info.rank, len(dataset), dist_info.world_size))
-    batches = [indices[i : i + cfg.train.eval_batch_size] for i in range(0, len(indices), cfg.train.eval_batch_size)]
+    segmenter = Segmenter(model, cfg, options)
+    if dataset.transform.resize_for_eval != segmenter.resizes_input:
+        raise ValueError("evaluate needs a split made by evaluation_split with the same inference options")
+    sizes = {index: dataset.size_of(index) for index in range(dist_info.rank, len(dataset), dist_info.world_size)}
+    batch_size = cfg.train.eval_batch_size
+    batches = size_grouped_batches(sizes, batch_size, batch_size * cfg.data.image_size**2)
     loader = torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=eval_collate, num_workers=cfg.train.num_workers
     )
     was_training = model.training
     model.eval()
-    confusion = ConfusionMatrix(cfg.data.num_classes)
-    loss_sum = torch.zeros(2, dtype=torch.float64)  # [sum of batch-mean losses * batch size, number of images]
-    for batch_indices, (images, masks, full_masks) in zip(batches, loader):
-        logits = model(images.to(device))  # [B, K, S, S]
-        loss_sum += torch.tensor([float(loss_fn(logits, masks.to(device))) * len(batch_indices), len(batch_indices)],
-                                 dtype=torch.float64)
-        labels = predict_full_size(logits, full_masks)
-        if len({tuple(mask.shape) for mask in full_masks}) == 1:
-            confusion.update(torch.stack(labels), torch.stack(full_masks))
-        else:
-            for label_map, truth in zip(labels, full_masks):
-                confusion.update(label_map, truth)
-        if prediction_callback is not None:
-            for index, label_map in zip(batch_indices, labels):
-                prediction_callback(index, label_map.cpu())
+    scores = SegmentationScores(cfg.data.num_classes, keep_rows)
+    loss_sum = torch.zeros(2, dtype=torch.float64)  # [sum of group-mean losses * group size, number of images]
+    for batch_indices, (images, masks) in zip(batches, loader):
+        for rows, logits in segmenter.native_logits(images, tuple(masks.shape[-2:])):  # logits [b, K, H0, W0]
+            indices = batch_indices[rows]
+            truth = masks[rows]  # [b, H0, W0]
+            loss = float(loss_fn(logits, truth.to(logits.device)))
+            loss_sum += torch.tensor([loss * len(indices), len(indices)], dtype=torch.float64)
+            labels = logits_to_labels(logits).cpu()  # [b, H0, W0]
+            scores.update(labels, truth, [dataset.name(index) for index in indices] if keep_rows else None)
+            if prediction_callback is not None:
+                for index, label_map in zip(indices, labels):
+                    prediction_callback(index, label_map)
     model.train(was_training)
-    matrix = all_reduce_sum(confusion.matrix, dist_info)
+    scores.reduce(lambda counter: all_reduce_sum(counter, dist_info))
     loss_sum = all_reduce_sum(loss_sum, dist_info)
-    scores = scores_from_confusion(matrix)
-    return {"loss": float(loss_sum[0] / loss_sum[1]), **scores, "num_images": int(loss_sum[1])}
+    summary = {"loss": float(loss_sum[0] / loss_sum[1]), **scores.compute(), "num_images": int(loss_sum[1])}
+    return Evaluation(summary, scores.rows)
+
+
+def prediction_writer(out_dir: Path, dataset: SegmentationSplit, num_classes: int) -> PredictionCallback:
+    """A prediction callback writing STEM.png (indexed: pixel = class id) and STEM_overlay.png into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def write(index: int, labels: torch.Tensor) -> None:
+        stem = dataset.name(index)
+        write_label_png(out_dir / f"{stem}.png", labels, num_classes)
+        write_png(out_dir / f"{stem}_overlay.png", overlay(dataset.base[index][0], labels, num_classes))
+
+    return write
+
+
+def write_per_image_csv(path: Path, rows: List[Dict[str, object]], num_classes: int) -> None:
+    """stem, height, width, pixel_accuracy, then dice_k, iou_k, hd95_k per class; empty cells where undefined."""
+    columns = ["stem", "height", "width", "pixel_accuracy"] + [
+        f"{metric}_{class_id}" for class_id in range(num_classes) for metric in ("dice", "iou", "hd95")]
+    write_csv(path, rows, columns)

@@ -13,33 +13,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
-import random
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
 
-from ..checks import check_finite
+from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
+from ..checks import install_nonfinite_hooks
 from ..config import Config, config_to_dict, save_config
-from ..data.datasets import build_datasets, eval_collate
-from ..errors import CheckpointError, ConfigError, DataError
-from ..losses import build_loss, logits_to_labels
+from ..data.datasets import build_split, class_pixel_counts
+from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
+from ..inference import Segmenter
+from ..losses import build_loss
 from ..models import build_model
-from .checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
+from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
 from .distributed import (
     DistInfo, all_reduce_sum, barrier, broadcast_object, init_distributed, max_weight_difference_across_ranks,
     shutdown_distributed,
 )
-from .evaluate import evaluate
+from .evaluate import evaluate, evaluation_split
 from .plots import plot_curves, plot_samples
 from .run_folder import LOGGER_NAME, close_logger, create_run_dir, setup_logger, write_history
 
@@ -54,18 +52,16 @@ class TrainResult:
     stopped_by_signal: Optional[int] = None
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+def auto_class_weights(pixel_counts: torch.Tensor) -> List[float]:
+    """[N] pixel counts -> weights proportional to 1 / sqrt(class frequency), averaging 1.
 
-
-def resolve_device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("config key 'run.device' is cuda but no CUDA device is available")
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    A class without any pixel gets the largest weight of the classes present (it never is a target in training, so
+    its weight only matters for the average)."""
+    frequency = pixel_counts.double() / pixel_counts.sum().clamp(min=1)
+    weights = frequency.rsqrt()
+    present = pixel_counts > 0
+    weights = torch.where(present, weights, weights[present].max() if present.any() else torch.ones_like(weights))
+    return (weights / weights.mean()).tolist()
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int):
@@ -139,11 +135,10 @@ class Trainer:
 
     def _build(self) -> None:
         cfg = self.cfg
-        if cfg.run.num_threads is not None:
-            torch.set_num_threads(cfg.run.num_threads)
+        apply_num_threads(cfg.run.num_threads)
         seed_everything(cfg.run.seed)
-        datasets = build_datasets(cfg)
-        self.train_set, self.val_set = datasets["train"], datasets["val"]
+        self.train_set = build_split(cfg, "train", train=True)
+        self.val_set = evaluation_split(cfg, "val")
         world = self.dist.world_size
         self.micro_per_epoch = (len(self.train_set) // world) // cfg.train.batch_size
         self.steps_per_epoch = self.micro_per_epoch // cfg.train.accumulate_steps
@@ -155,8 +150,10 @@ class Trainer:
         self.total_steps = cfg.train.epochs * self.steps_per_epoch
         if cfg.train.max_steps is not None:
             self.total_steps = min(self.total_steps, cfg.train.max_steps)
-        self.model = build_model(cfg).to(self.device)
-        self.loss_fn = build_loss(cfg.train.loss)
+        self.model = self._build_model()
+        self.class_weights = self._class_weights()
+        self.loss_fn = build_loss(cfg.train.loss, self.class_weights, cfg.train.dice_include_background)
+        self.loss_fn.to(self.device)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
@@ -177,6 +174,35 @@ class Trainer:
         self.history: List[Dict] = []
         self.best_score = -math.inf
         self.epoch_loss = [0.0, 0]
+
+    def _build_model(self) -> torch.nn.Module:
+        cfg = self.cfg
+        model = build_model(cfg).to(self.device)
+        if cfg.model.norm == "syncbatch" and self.dist.enabled:
+            if self.device.type != "cuda" and self.dist.world_size > 1:
+                raise ConfigError("config key 'model.norm' syncbatch needs CUDA to train with several processes "
+                                  "(PyTorch's SyncBatchNorm runs on GPUs only); use batch or group on CPU")
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        if cfg.run.debug_checks:
+            install_nonfinite_hooks(model)
+        return model
+
+    def _class_weights(self) -> Optional[List[float]]:
+        """train.class_weights resolved to numbers: as given, from the checkpoint when resuming, or counted once over
+        the training masks (rank 0 reads them, the others receive the result)."""
+        setting = self.cfg.train.class_weights
+        self.class_pixel_counts = None
+        if setting is None or isinstance(setting, list):
+            return setting
+        if self.resume_state is not None and self.resume_state.get("class_weights") is not None:
+            return list(self.resume_state["class_weights"])
+        counted = None
+        if self.dist.is_main:
+            counts = class_pixel_counts(self.train_set.base, self.cfg.data.num_classes, self.cfg.train.num_workers,
+                                        show_progress=show_progress_bars())
+            counted = (auto_class_weights(counts), counts.tolist())
+        weights, self.class_pixel_counts = broadcast_object(counted, self.dist)
+        return weights
 
     def _load_resume_state(self) -> None:
         state = self.resume_state
@@ -212,6 +238,7 @@ class Trainer:
             "best_score": self.best_score,
             "epoch_loss": list(self.epoch_loss),
             "run_id": self.run_id,
+            "class_weights": self.class_weights,
         }
 
     def save(self, name: str) -> None:
@@ -220,10 +247,12 @@ class Trainer:
 
     # ----- one optimizer step -----
     def _train_step(self, batches) -> torch.Tensor:
+        """One optimizer step over accumulate_steps micro-batches; returns the mean loss as a 0-dim tensor on the
+        device (reading it is left to the caller, so the step itself makes no host sync)."""
         cfg = self.cfg
         accumulate = cfg.train.accumulate_steps
         self.optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss = torch.zeros((), device=self.device)
         for micro in range(accumulate):
             images, masks = next(batches)
             images, masks = images.to(self.device), masks.to(self.device)
@@ -232,17 +261,16 @@ class Trainer:
             with no_sync or contextlib.nullcontext():
                 with torch.autocast(device_type=self.device.type, enabled=self.use_amp):
                     logits = self.train_model(images)  # [B, K, S, S]
-                    loss = self.loss_fn(logits, masks)
-                check_finite(loss.detach(), f"training loss at step {self.global_step + 1}")
+                    loss = self.loss_fn(logits, masks)  # [] float32
                 self.scaler.scale(loss / accumulate).backward()
-            step_loss += float(loss.detach()) / accumulate
+            step_loss += loss.detach() / accumulate
         if cfg.train.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
-        return torch.tensor([step_loss, 0.0], dtype=torch.float64)
+        return step_loss
 
     # ----- epoch -----
     def _train_epoch(self, stop: StopSignal) -> bool:
@@ -259,16 +287,20 @@ class Trainer:
             generator=torch.Generator().manual_seed(cfg.run.seed),
         )
         batches = iter(loader)
-        show_bar = self.dist.is_main and sys.stdout.isatty() and not os.environ.get("CI")
+        show_bar = self.dist.is_main and show_progress_bars()
         bar = tqdm(total=self.steps_per_epoch, initial=self.step_in_epoch, disable=not show_bar,
                    desc=f"epoch {self.epoch + 1}", leave=False)
         self.model.train()
         try:
             while self.step_in_epoch < self.steps_per_epoch and self.global_step < self.total_steps:
-                reduced = self._train_step(batches)
-                reduced[1] = 1.0 if stop.signal_number is not None else 0.0
-                reduced = all_reduce_sum(reduced, self.dist)
-                step_loss = float(reduced[0]) / self.dist.world_size
+                step_loss = self._train_step(batches)
+                stop_flag = torch.full((), 1.0 if stop.signal_number is not None else 0.0, device=self.device)
+                # the one host sync of the step: loss and stop flag, summed over ranks, read together
+                loss_sum, stop_votes = all_reduce_sum(torch.stack([step_loss, stop_flag]), self.dist).tolist()
+                step_loss = loss_sum / self.dist.world_size
+                if not math.isfinite(step_loss):
+                    raise NonFiniteError(f"training loss at step {self.global_step + 1} is {step_loss} (diverged: "
+                                         f"lower train.lr, keep train.grad_clip; run.debug_checks names the layer)")
                 self.epoch_loss[0] += step_loss
                 self.epoch_loss[1] += 1
                 self.global_step += 1
@@ -279,7 +311,7 @@ class Trainer:
                         f"epoch {self.epoch + 1} step {self.global_step}/{self.total_steps} loss {step_loss:.4f} "
                         f"lr {self.scheduler.get_last_lr()[0]:.2e}"
                     )
-                stopping = float(reduced[1]) > 0
+                stopping = stop_votes > 0
                 if stopping or (cfg.train.checkpoint_every and self.global_step % cfg.train.checkpoint_every == 0):
                     self.save("last.pt")
                     self.logger.info(f"saved checkpoints/last.pt at step {self.global_step}")
@@ -291,7 +323,7 @@ class Trainer:
 
     def _end_epoch(self, seconds: float) -> None:
         cfg = self.cfg
-        scores = evaluate(self.model, self.val_set, cfg, self.device, self.loss_fn, self.dist)
+        scores = evaluate(self.model, self.val_set, cfg, self.loss_fn, self.dist).scores
         row = {
             "run_id": self.run_id,
             "model_type": cfg.model.type,
@@ -306,6 +338,9 @@ class Trainer:
             "epoch_seconds": round(seconds, 3),
             "val_per_class_dice": scores["per_class_dice"],
             "val_per_class_iou": scores["per_class_iou"],
+            "val_mean_dice_per_image": scores["mean_dice_per_image"],
+            "val_mean_iou_per_image": scores["mean_iou_per_image"],
+            "val_hd95": scores["hd95"],
         }
         self.history.append(row)
         self.logger.info(
@@ -330,12 +365,11 @@ class Trainer:
         count = min(self.cfg.train.num_plot_images, len(self.val_set))
         if count == 0 or not self.dist.is_main:
             return
-        images, masks, _ = eval_collate([self.val_set[i] for i in range(count)])
-        self.model.eval()
-        with torch.no_grad():
-            preds = logits_to_labels(self.model(images.to(self.device))).cpu()
-        plot_samples(images, masks, preds, self.run_dir / "plots" / "predictions.png", self.cfg.data.mean,
-                     self.cfg.data.std, self.cfg.data.num_classes)
+        segmenter = Segmenter(self.model.eval(), self.cfg)
+        samples = [self.val_set.base[index] for index in range(count)]  # (image [C, H0, W0] in [0, 1], mask)
+        predictions = [segmenter.segment(image) for image, _ in samples]
+        plot_samples([image for image, _ in samples], [mask for _, mask in samples], predictions,
+                     self.run_dir / "plots" / "predictions.png", self.cfg.data.num_classes)
 
     def run(self) -> TrainResult:
         cfg = self.cfg
@@ -358,6 +392,12 @@ class Trainer:
                     f"{len(self.train_set)} train / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
                     f"epoch, {self.total_steps} steps, {self.dist.world_size} process(es)"
                 )
+            if self.class_weights is not None:
+                source = "given" if self.class_pixel_counts is None else (
+                    f"auto: 1/sqrt(pixel frequency) over {len(self.train_set)} training masks, pixel counts "
+                    f"{self.class_pixel_counts}")
+                weights = ", ".join(f"{weight:.4f}" for weight in self.class_weights)
+                self.logger.info(f"class weights [{weights}] ({source})")
             torch.autograd.set_detect_anomaly(cfg.train.detect_anomaly)
             with StopSignal() as stop:
                 while self.epoch < cfg.train.epochs and self.global_step < self.total_steps:

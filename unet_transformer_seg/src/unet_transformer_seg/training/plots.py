@@ -8,6 +8,8 @@ from typing import Dict, List
 import numpy as np
 import torch
 
+from ..labels import IGNORE_LABEL, class_colours
+
 
 def _pyplot():
     import matplotlib
@@ -18,18 +20,12 @@ def _pyplot():
     return plt
 
 
-def class_colours(num_classes: int) -> np.ndarray:
-    """[K, 3] uint8 display colours; class 0 is black."""
-    import matplotlib
-
-    cmap = matplotlib.colormaps["tab10"]
-    colours = [(0.0, 0.0, 0.0)] + [cmap(i % 10)[:3] for i in range(num_classes - 1)]
-    return (np.array(colours) * 255).round().astype(np.uint8)
-
-
 def colourize(mask: torch.Tensor, num_classes: int) -> np.ndarray:
-    """[H, W] class ids -> [H, W, 3] uint8."""
-    return class_colours(num_classes)[mask.cpu().numpy()]
+    """[H, W] class ids -> [H, W, 3] uint8 (ignored pixels white)."""
+    ids = mask.cpu().numpy()
+    colours = class_colours(num_classes)[np.clip(ids, 0, None)]
+    colours[ids == IGNORE_LABEL] = 255
+    return colours
 
 
 def plot_curves(history: List[Dict], plots_dir: Path) -> None:
@@ -54,15 +50,14 @@ def plot_curves(history: List[Dict], plots_dir: Path) -> None:
 
 
 def plot_samples(
-    images: torch.Tensor, truths: torch.Tensor, preds: torch.Tensor, path: Path, mean: float, std: float,
-    num_classes: int,
+    images: List[torch.Tensor], truths: List[torch.Tensor], preds: List[torch.Tensor], path: Path, num_classes: int
 ) -> None:
-    """images [N, C, H, W] (normalised), truths/preds [N, H, W] -> one row per image: image | truth | prediction."""
+    """images [C, H_i, W_i] in [0, 1], truths / preds [H_i, W_i] -> one row per image: image | truth | prediction."""
     plt = _pyplot()
-    count = images.shape[0]
+    count = len(images)
     fig, axes = plt.subplots(count, 3, figsize=(6, 2 * count), squeeze=False)
     for row in range(count):
-        shown = (images[row] * std + mean).clamp(0, 1).permute(1, 2, 0).cpu().numpy()
+        shown = images[row].clamp(0, 1).permute(1, 2, 0).cpu().numpy()
         panels = (shown[..., 0] if shown.shape[2] == 1 else shown, colourize(truths[row], num_classes),
                   colourize(preds[row], num_classes))
         for col, (panel, title) in enumerate(zip(panels, ("image", "truth", "prediction"))):

@@ -74,11 +74,16 @@ def write_json(path: Path, payload) -> None:
     Path(path).write_text(json.dumps(_json_safe(payload), indent=2) + "\n")
 
 
+def write_csv(path: Path, rows: List[Dict], columns) -> None:
+    """One line per row, in `columns` order; NaN and None become empty cells."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: "" if value is None else value for key, value in _json_safe(row).items()})
+
+
 def write_history(run_dir: Path, history: List[Dict]) -> None:
     """Rewrite metrics.json (all fields) and results.csv (RESULTS_COLUMNS) from the full per-epoch history."""
     write_json(run_dir / "metrics.json", history)
-    with open(run_dir / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=RESULTS_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in history:
-            writer.writerow(row)
+    write_csv(run_dir / "results.csv", history, RESULTS_COLUMNS)

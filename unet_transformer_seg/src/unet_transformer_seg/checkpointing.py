@@ -15,7 +15,7 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
-from ..errors import CheckpointError
+from .errors import CheckpointError
 
 FORMAT_TAG = "unet_transformer_seg/checkpoint/v1"
 REQUIRED_KEYS = ("model", "config")
