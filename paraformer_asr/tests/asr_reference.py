@@ -82,3 +82,34 @@ def loop_token_spans(alphas: torch.Tensor, num_tokens: torch.Tensor, min_weight:
         all_starts.append(starts)
         all_ends.append(ends)
     return all_starts, all_ends
+
+
+def loop_edit_table(reference, hypothesis) -> list[list[int]]:
+    """The Levenshtein table, one cell at a time (substitution, insertion, deletion cost 1)."""
+    rows, cols = len(reference), len(hypothesis)
+    cost = [[0] * (cols + 1) for _ in range(rows + 1)]
+    for i in range(rows + 1):
+        for j in range(cols + 1):
+            if i == 0 or j == 0:
+                cost[i][j] = i + j
+            else:
+                cost[i][j] = min(cost[i - 1][j] + 1, cost[i][j - 1] + 1,
+                                 cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]))
+    return cost
+
+
+def loop_matched_pairs(reference, hypothesis) -> list[tuple[int, int]]:
+    """Matched pairs of one minimum-edit alignment, ties: match, substitution, deletion, insertion."""
+    cost = loop_edit_table(reference, hypothesis)
+    pairs, i, j = [], len(reference), len(hypothesis)
+    while i > 0 and j > 0:
+        same = reference[i - 1] == hypothesis[j - 1]
+        if cost[i][j] == cost[i - 1][j - 1] + (not same):
+            if same:
+                pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif cost[i][j] == cost[i - 1][j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]

@@ -3,45 +3,69 @@
 Self-attention costs grow with the square of the input, so a recording of minutes or hours is never encoded whole:
 
     recording (any length, any format soundfile reads; or a segment of it)
-      │  plan_windows: windows of chunk_seconds overlapping by overlap_seconds; starts on a grid of whole front-end
-      │  hops (and whole resampler periods), the last window ends at the recording's end
+      │  pass 1, energy_profile: read in 30 s windows, log energy of every 10 ms frame  -> profile [F] (1.4 MB/hour)
       ▼
-    WindowReader.read(window): seek + read of the window's input frames plus the resampler's reach on each side,
-      │  mono, resample, trim: exactly the samples the whole recording would have there
+    plan_recording (segment):
+      │  'pauses':  speech_runs = frames > local noise floor + speech_threshold_db, joined across pauses shorter
+      │             than min_pause_ms; each run + margin_ms of silence is one window (a run longer than
+      │             chunk_seconds is cut into overlapping windows as below)
+      │  'windows': plan_windows = windows of chunk_seconds overlapping by overlap_seconds, the last one ending
+      │             at the recording's end
+      │  window starts on a grid of whole front-end hops (and resampler periods); overlapping windows meet at a
+      │  cut (stitched_windows: the middle of the overlap, or its quietest 100 ms) -> Window(start, end, keep range)
+      ▼
+    pass 2, WindowReader.read(window): seek + read of the window's input frames plus the resampler's reach on each
+      │  side, mono, resample, trim: exactly the samples the whole recording would have there
       ▼
     front end + normaliser -> features [T, F] (frames on the whole recording's frame grid)
-      │  cut point between this window and the next: the middle of their overlap, or its quietest 100 ms
       ▼
     batch_windows windows -> one padded batch -> one batched decode (greedy or beam; CIF token times)
       ▼
-    units with absolute times: words (tokens between two word separators), or single tokens when the vocabulary
-      │  has no word separator (e.g. compact digit strings)
+    units with absolute times: words (a word's tokens and the separators before it), or single tokens when the
+      │  vocabulary has no word separator (e.g. compact digit strings)
       ▼
-    stitch: window i keeps the units whose centre lies in [cut_{i-1}, cut_i)  ─► text, words, tokens
+    stitch: each window keeps the units whose centre lies in its keep range  ─► text, words, tokens
 
-Memory is bounded by one batch of windows (their samples, features and activations), never by the recording.
+Memory is bounded by one batch of windows (their samples, features and activations); what grows with the recording
+is the profile (one float per 10 ms) and the transcript.
 
-**The stitching rule.** Each cut lies in the middle half of its overlap, so at least a quarter of the overlap
-separates it from either window's edge. A unit cut by window i's end edge has its centre within half a unit of that
-edge, hence past the cut (when units are shorter than half the overlap): window i drops it and window i + 1, which
-holds it whole, keeps it; a unit cut by window i + 1's start edge is symmetric. A unit inside both windows is kept
-once whenever the two windows' estimates of its centre fall on the same side of the cut; a quiet cut lies in a pause,
-far from every unit's centre.
+**Why pauses by default.** Models trained on single utterances are hurt by what they never saw in training: long
+silences and several utterances in one input (docs/results.md, "Long recordings"). Speech segments cut at pauses and
+trimmed to a short margin of silence look like training utterances; neighbouring segments do not overlap (each keeps
+what lies between the middles of the pauses around it), so nothing needs stitching but inside speech runs longer
+than chunk_seconds.
 
-**The autoregressive baseline** has no CIF, so its words carry no times. Its windows are stitched by their text
-(:func:`text_overlap_cut`): the words expected in an overlap (the overlap's share of the window's words, widened) of
-both windows are aligned by edit distance and the transcript switches from window i to window i + 1 at the middle
-matched word. Where nothing matches, the cut falls at the middle of the expected overlap words. Only the text comes
-out (no word or token times).
+**The stitching rule** (overlapping windows). Each cut lies in the middle half of its overlap, so at least a quarter
+of the overlap separates it from either window's edge. A unit cut by window i's end edge has its centre within half a
+unit of that edge, hence past the cut (when units are shorter than half the overlap): window i drops it and window
+i + 1, which holds it whole, keeps it; a unit cut by window i + 1's start edge is symmetric. A unit inside both
+windows is kept once whenever the two windows' estimates of its centre fall on the same side of the cut; a quiet cut
+lies in a pause, far from every unit's centre. Where the last kept unit of one window and the first of the next
+overlap in time (two windows' estimates), both are clipped to meet in the middle (``append_in_order``), so times
+always increase.
+
+**The autoregressive baseline** has no CIF, so its words carry no times. Non-overlapping windows are joined as they
+are; overlapping ones are stitched by their text (:func:`text_overlap_cut`): the words expected in an overlap (the
+overlap's share of each window's words, widened) are aligned by edit distance and the transcript switches from
+window i to window i + 1 at the middle matched word; where nothing matches, at the middle of the expected overlap
+words. Only the text comes out (no word or token times).
 
 Contracts:
-    LongFormOptions(chunk_seconds, overlap_seconds, cut, batch_windows)    checked on construction (ConfigError)
-    plan_windows(num_samples, window_samples, overlap_samples, align)     -> list[Window(index, start, end)]
+    LongFormOptions(segment, chunk_seconds, overlap_seconds, cut, batch_windows, speech_threshold_db,
+                    min_pause_ms, margin_ms)                               checked on construction (ConfigError)
+    plan_windows(num_samples, window_samples, overlap_samples, align)     -> [(start, end)] sample spans
     WindowReader(handle, name, target_rate, first_frame=0, num_frames=-1).read(start, end) -> samples [end - start]
-    cut_point(window, next_window, waveform [window.end - window.start], cut, hop, sample_rate) -> cut sample index
+    energy_profile(reader, hop, block_samples)                            -> dB per hop [ceil(num_samples / hop)]
+    speech_runs(profile [F], threshold_db, floor_frames, min_pause_frames, min_speech_frames) -> [(first, end)]
+    quiet_point(profile [F], first_frame, end_frame, span_frames)         -> frame index
+    stitched_windows(spans, cut, profile | None, hop, sample_rate, keep_from_ms, keep_to_ms)
+                                                                          -> [(start, end, keep_start_ms, keep_end_ms)]
+    plan_recording(num_samples, options, hop, align, sample_rate, profile | None) -> list[Window]
     window_units(pieces, token_times | None, offset_ms, by_words)        -> list[TimedUnit]
     keep_between(units, start_ms, end_ms)                                  -> units whose centre is in [start, end)
+    append_in_order(stitched, units)                                       -> stitched + units, junction ordered
     text_overlap_cut(previous [n], current [m], previous_tail, current_head) -> (keep from previous, resume in current)
+    stitch_by_text(stitched, previous_count, previous, units, window)     -> (stitched, units of window at its end)
     transcribe_long(loaded, source, device, options, ...)                 -> LongTranscript
 """
 
