@@ -113,3 +113,29 @@ def loop_matched_pairs(reference, hypothesis) -> list[tuple[int, int]]:
         else:
             j -= 1
     return pairs[::-1]
+
+
+def loop_speech_runs(profile_db, threshold_db, floor_frames, min_pause_frames, min_speech_frames, quantile=0.1):
+    """Speech runs of a dB profile, frame by frame: the floor of each stretch of ``floor_frames`` is its
+    ``quantile`` (linear interpolation), a frame is speech above floor + threshold, runs closer than
+    ``min_pause_frames`` are joined, shorter joined runs dropped. -> [(first, end)]."""
+    values = [float(v) for v in profile_db]
+    speech = []
+    for start in range(0, len(values), floor_frames):
+        stretch = sorted(values[start:start + floor_frames])
+        position = (len(stretch) - 1) * quantile
+        low = int(position)
+        high = min(low + 1, len(stretch) - 1)
+        floor = stretch[low] + (stretch[high] - stretch[low]) * (position - low)
+        speech += [v > floor + threshold_db for v in values[start:start + floor_frames]]
+    runs = []
+    for index, is_speech in enumerate(speech):
+        if not is_speech:
+            continue
+        if runs and index - runs[-1][1] < min_pause_frames:
+            runs[-1][1] = index + 1
+        elif runs and runs[-1][1] == index:
+            runs[-1][1] = index + 1
+        else:
+            runs.append([index, index + 1])
+    return [(first, end) for first, end in runs if end - first >= min_speech_frames]

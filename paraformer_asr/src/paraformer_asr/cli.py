@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Callable
 
@@ -31,8 +32,9 @@ def add_long_form_arguments(parser) -> None:
     group.add_argument("--segment", choices=SEGMENTATIONS, default=defaults.segment,
                        help="windows between pauses (speech segments) or fixed overlapping windows "
                             f"(default {defaults.segment})")
-    group.add_argument("--chunk-overlap", type=float, default=defaults.overlap_seconds,
-                       help=f"seconds of overlap of neighbouring fixed windows (default {defaults.overlap_seconds:g})")
+    group.add_argument("--chunk-overlap", type=float, default=None,
+                       help="seconds of overlap of neighbouring windows (default: a fifth of --chunk-seconds, "
+                            f"{defaults.overlap_seconds:g} s for the default)")
     group.add_argument("--chunk-cut", choices=CUT_RULES, default=defaults.cut,
                        help=f"where overlapping windows are stitched (default {defaults.cut})")
     group.add_argument("--chunk-batch", type=int, default=defaults.batch_windows,
@@ -47,9 +49,12 @@ def add_long_form_arguments(parser) -> None:
 
 def long_form_options(args):
     """argparse namespace (see :func:`add_long_form_arguments`) -> LongFormOptions (ConfigError on bad values)."""
-    from paraformer_asr.decode.longform import LongFormOptions
+    from paraformer_asr.decode.longform import DEFAULT_OVERLAP_SHARE, LongFormOptions
 
-    return LongFormOptions(segment=args.segment, chunk_seconds=args.chunk_seconds, overlap_seconds=args.chunk_overlap,
+    overlap = args.chunk_overlap
+    if overlap is None:
+        overlap = args.chunk_seconds * DEFAULT_OVERLAP_SHARE if math.isfinite(args.chunk_seconds) else 0.0
+    return LongFormOptions(segment=args.segment, chunk_seconds=args.chunk_seconds, overlap_seconds=overlap,
                            cut=args.chunk_cut, batch_windows=args.chunk_batch,
                            speech_threshold_db=args.speech_threshold_db, min_pause_ms=args.min_pause_ms)
 

@@ -40,9 +40,12 @@ of the overlap separates it from either window's edge. A unit cut by window i's 
 unit of that edge, hence past the cut (when units are shorter than half the overlap): window i drops it and window
 i + 1, which holds it whole, keeps it; a unit cut by window i + 1's start edge is symmetric. A unit inside both
 windows is kept once whenever the two windows' estimates of its centre fall on the same side of the cut; a quiet cut
-lies in a pause, far from every unit's centre. Where the last kept unit of one window and the first of the next
-overlap in time (two windows' estimates), both are clipped to meet in the middle (``append_in_order``), so times
-always increase.
+lies in a pause, far from every unit's centre. When the two estimates of a unit near the cut fall on either side
+of it, the unit would be kept twice or not at all: ``stitch_by_times`` recognises the pair (their spans overlap by
+at least half of the shorter one) and keeps it once, from the window its mean centre falls in. Where the last kept
+unit of one window and the first of the next still overlap in time, both are clipped to meet in the middle
+(``append_in_order``), so times always increase. A window's tokens end at its first ``<eos>``, as
+``tokenizer.decode`` reads them.
 
 **The autoregressive baseline** has no CIF, so its words carry no times. Non-overlapping windows are joined as they
 are; overlapping ones are stitched by their text (:func:`text_overlap_cut`): the words expected in an overlap (the
@@ -63,6 +66,8 @@ Contracts:
     plan_recording(num_samples, options, hop, align, sample_rate, profile | None) -> list[Window]
     window_units(pieces, token_times | None, offset_ms, by_words)        -> list[TimedUnit]
     keep_between(units, start_ms, end_ms)                                  -> units whose centre is in [start, end)
+    same_unit(first, second)                                               -> spans overlap by >= half the shorter
+    stitch_by_times(stitched, previous_units, units, window)              -> stitched + the window's kept units
     append_in_order(stitched, units)                                       -> stitched + units, junction ordered
     text_overlap_cut(previous [n], current [m], previous_tail, current_head) -> (keep from previous, resume in current)
     stitch_by_text(stitched, previous_count, previous, units, window)     -> (stitched, units of window at its end)
@@ -94,6 +99,7 @@ from paraformer_asr.metrics.asr_metrics import matched_pairs
 SEGMENTATIONS = ("pauses", "windows")
 CUT_RULES = ("middle", "quiet")
 MIN_CHUNK_SECONDS = 1.0
+DEFAULT_OVERLAP_SHARE = 0.2  # the command lines' overlap when none is given: a fifth of the window
 QUIET_SPAN_MS = 100.0  # the quiet cut is the centre of the lowest-energy stretch of this length
 PROFILE_BLOCK_SECONDS = 30.0  # the energy pass reads the recording in windows of this length
 FLOOR_BLOCK_SECONDS = 30.0  # the noise floor is estimated per stretch of this length ...
@@ -434,6 +440,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
     collate = Collator(loaded.tokenizer.pad_id)
     stitched: list[TimedUnit] = []
     previous: Window | None = None
+    previous_units: list[TimedUnit] = []  # all units of the previous window
     previous_count = 0  # units at the end of ``stitched`` that come from the previous window (text stitching)
     decode_seconds = 0.0
     with open_audio(source, name) as handle, torch.no_grad():
@@ -458,18 +465,59 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                                                       lm_weight, clock)
             decode_seconds += seconds
             for window, transcript in zip(batch, transcripts):
-                units = window_units(loaded.tokenizer.pieces(transcript.hyp_tokens), transcript.token_times,
+                count = _until_eos(transcript.hyp_tokens, loaded.tokenizer.eos_id)  # as tokenizer.decode reads
+                units = window_units(loaded.tokenizer.pieces(transcript.hyp_tokens[:count]),
+                                     None if transcript.token_times is None else transcript.token_times[:count],
                                      window.start * 1000.0 / rate, by_words)
                 if timed:
-                    stitched = append_in_order(stitched, keep_between(units, window.keep_start_ms,
-                                                                      window.keep_end_ms))
+                    stitched = stitch_by_times(stitched, previous_units, units, window)
                 else:
                     stitched, previous_count = stitch_by_text(stitched, previous_count, previous, units, window)
-                previous = window
+                previous, previous_units = window, units
             if progress is not None:
                 progress(min(batch_start + options.batch_windows, len(windows)), len(windows))
     return _assemble(stitched, by_words, timed, reader.num_samples / rate, len(windows),
                      time.perf_counter() - started, decode_seconds)
+
+
+def _until_eos(ids: list[int], eos_id: int) -> int:
+    """How many ids come before the first ``<eos>`` (all of them without one)."""
+    return ids.index(eos_id) if eos_id in ids else len(ids)
+
+
+def same_unit(first: TimedUnit, second: TimedUnit) -> bool:
+    """Two windows' estimates of one unit: their spans overlap by at least half of the shorter one."""
+    overlap = min(first.end_ms, second.end_ms) - max(first.start_ms, second.start_ms)
+    shorter = min(first.end_ms - first.start_ms, second.end_ms - second.start_ms)
+    return overlap > 0 and overlap >= 0.5 * shorter
+
+
+def stitch_by_times(stitched: list[TimedUnit], previous_units: list[TimedUnit], units: list[TimedUnit],
+                    window: Window) -> list[TimedUnit]:
+    """Append the units of ``window`` whose centre lies in its keep range to ``stitched`` (which ends with the
+    previous window's kept units; ``previous_units`` are all of that window's units).
+
+    At a cut shared with the previous window, one unit the two windows both heard may have its two centre
+    estimates on either side of the cut: kept by both (the previous window's last kept unit and this window's
+    first are :func:`same_unit`) or by neither (the previous window's first unit past the cut and this window's
+    last unit before it). Such a pair is one unit, kept once: from the previous window when the mean of the two
+    centres lies before the cut, else from this window. The junction is then made ordered (``append_in_order``)."""
+    cut = window.keep_start_ms
+    kept = keep_between(units, cut, window.keep_end_ms)
+    if previous_units and math.isfinite(cut):
+        past_cut = [unit for unit in previous_units if unit.centre_ms >= cut]  # left to this window
+        before_cut = [unit for unit in units if unit.centre_ms < cut]  # left to the previous window
+        if stitched and kept and same_unit(stitched[-1], kept[0]):  # kept twice
+            if (stitched[-1].centre_ms + kept[0].centre_ms) / 2 < cut:
+                kept = kept[1:]
+            else:
+                stitched = stitched[:-1]
+        elif past_cut and before_cut and same_unit(past_cut[0], before_cut[-1]):  # kept by neither
+            if (past_cut[0].centre_ms + before_cut[-1].centre_ms) / 2 < cut:
+                stitched = append_in_order(stitched, past_cut[:1])
+            else:
+                kept = before_cut[-1:] + kept
+    return append_in_order(stitched, kept)
 
 
 def append_in_order(stitched: list[TimedUnit], units: list[TimedUnit]) -> list[TimedUnit]:

@@ -7,16 +7,19 @@ it waits while the micro-batcher has requests queued or being decoded, at most `
 a steady stream of short requests slows a long recording down but cannot stall it). At most ``max_queued``
 recordings wait or run at once; more are refused (503) rather than piling their uploads up in memory.
 
-On a machine with few cores, each lane's torch operations run on the calling thread's own intra-op threads: with
-``--num-threads N`` the two lanes may use 2N threads together; N = 1 leaves one core to each on two cores.
+The lane's thread lowers its own scheduling priority (Linux: the thread's nice value, ``niceness``; 0 keeps it): when
+the cores are busy, the operating system runs the short requests' threads first. On a machine with few cores, each
+lane's torch operations run on the calling thread's own intra-op threads: with ``--num-threads N`` the two lanes may
+use 2N threads together; N = 1 leaves one core to each on two cores.
 
 Contract:
-    LongFormLane(loaded, device, options, batcher, yield_ms=200.0, max_queued=4)
+    LongFormLane(loaded, device, options, batcher, yield_ms=200.0, max_queued=4, niceness=10)
         start(); submit(source, name) -> Future of a Recognition (text, words); close(timeout_s=30.0); stats()
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -47,7 +50,7 @@ _STOP = object()
 
 class LongFormLane:
     def __init__(self, loaded: LoadedModel, device: torch.device, options: LongFormOptions, batcher: MicroBatcher,
-                 yield_ms: float = 200.0, max_queued: int = 4):
+                 yield_ms: float = 200.0, max_queued: int = 4, niceness: int = 10):
         if yield_ms < 0 or max_queued < 1:
             raise ValueError(f"need yield_ms >= 0 and max_queued >= 1, got {yield_ms}, {max_queued}")
         self.loaded = loaded
@@ -56,6 +59,7 @@ class LongFormLane:
         self.batcher = batcher
         self.yield_s = yield_ms / 1000.0
         self.max_queued = max_queued
+        self.niceness = niceness
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()  # guards the counters and _accepting
         self._accepting = False
@@ -109,6 +113,7 @@ class LongFormLane:
                     "yield_seconds": round(self._yield_seconds, 3), "queued_or_running": self._waiting_or_running}
 
     def _work(self) -> None:
+        lower_thread_priority(self.niceness)
         while True:
             job = self._queue.get()
             if job is _STOP:
@@ -144,3 +149,16 @@ class LongFormLane:
         self.batcher.wait_idle(self.yield_s)
         with self._lock:
             self._yield_seconds += time.perf_counter() - started
+
+
+def lower_thread_priority(niceness: int) -> bool:
+    """Raise the calling thread's nice value by ``niceness`` (Linux schedules threads by their own nice value);
+    -> whether it was done (False where the platform has no per-thread priority)."""
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return False
+    try:
+        thread_id = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread_id, os.getpriority(os.PRIO_PROCESS, thread_id) + niceness)
+    except OSError:
+        return False
+    return True
