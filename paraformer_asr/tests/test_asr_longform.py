@@ -453,6 +453,48 @@ def test_eval_scores_long_recordings_window_by_window(tmp_path, tone_checkpoint,
                                     "--chunk-seconds", "2", "--save-predictions", str(predictions)]) == 0
     scores = json.loads(capsys.readouterr().out)
     assert scores["long_form"] is True and scores["windows"] >= 2 and scores["num_utterances"] == 1
+    assert scores["word_times_increase"] is True
     assert 0 <= scores["wer"] and scores["rtf"] > 0
     line = json.loads(predictions.read_text())
     assert line["ref"] == "12 3 4 56" and "words" in line
+
+
+# ---------------------------------------------------------------- the timing tool
+
+
+def test_measured_peak_memory_is_the_child_process_own():  # not the test process's (torch loaded, hundreds of MB)
+    import sys
+
+    from paraformer_asr.decode.long_form_benchmark import measure_process
+
+    small = measure_process([sys.executable, "-c", "pass"])
+    large = measure_process([sys.executable, "-c", "block = bytearray(300 * 2**20); block[::4096] = b'x' * 76800"])
+    assert small["exit_status"] == large["exit_status"] == 0 and small["wall_s"] > 0
+    assert small["peak_rss_mb"] < 200 and large["peak_rss_mb"] > small["peak_rss_mb"] + 250
+
+
+def test_a_failing_timed_run_names_the_command_and_its_error():
+    import sys
+
+    from paraformer_asr.decode.long_form_benchmark import measure_process
+    from paraformer_asr.errors import DataError
+
+    with pytest.raises(DataError, match="exit status 3: boom"):
+        measure_process([sys.executable, "-c", "import sys; sys.stderr.write('boom'); sys.exit(3)"])
+
+
+@pytest.mark.slow
+def test_the_timing_tool_transcribes_each_recording_and_writes_its_table(tmp_path, tone_checkpoint, capsys):
+    write_audio(tmp_path / "a.wav", speech_like(5.0, 6), RATE)
+    benchmark = load_script("long_form_benchmark")
+    rows_path, table_path = tmp_path / "rows.json", tmp_path / "table.md"
+    assert run_main(benchmark.main, ["--checkpoint", str(tone_checkpoint), "--recordings", str(tmp_path / "a.wav"),
+                                     "--repeats", "2", "--out", str(rows_path), "--markdown", str(table_path),
+                                     "--", "--chunk-seconds", "2"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row == json.loads(rows_path.read_text())[0]
+    assert row["audio_s"] == 5.0 and len(row["walls"]) == 2 and row["wall_s"] > 0 and row["peak_rss_mb"] > 50
+    assert row["rtf"] == pytest.approx(row["wall_s"] / 5.0, rel=0.01)
+    table = table_path.read_text().splitlines()
+    assert len(table) == 3 and table[2].startswith("| a.wav | 0.1 |")
+    assert run_main(benchmark.main, ["--checkpoint", str(tone_checkpoint), "--recordings", "missing.wav"]) == 2

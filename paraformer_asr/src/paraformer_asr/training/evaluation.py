@@ -55,7 +55,8 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
     """Score recordings decoded window by window (decode/longform.py), each on its own.
 
     -> (scores: the keys of :func:`evaluate` (hypothesis token ids re-encoded from the stitched text) with
-    rtf = wall seconds of reading, features and decoding / seconds of audio, plus ``windows``; predictions: one
+    rtf = wall seconds of reading, features and decoding / seconds of audio, plus ``windows`` and, for a
+    Paraformer, ``word_times_increase`` (every word starts after the previous one ends); predictions: one
     dict per recording, ``id``, ``ref``, ``hyp``, and ``words`` with times for a Paraformer).
     ``progress(entry, windows_done, windows_total)`` is called as windows are decoded."""
     tokenizer = loaded.tokenizer
@@ -72,6 +73,10 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
     audio_seconds = sum(result.duration_s for result in results)
     scores["rtf"] = sum(result.seconds for result in results) / audio_seconds if audio_seconds > 0 else 0.0
     scores["windows"] = sum(result.num_windows for result in results)
+    if all(result.words is not None for result in results):
+        scores["word_times_increase"] = all(
+            a["start_ms"] <= a["end_ms"] <= b["start_ms"] <= b["end_ms"]
+            for result in results for a, b in zip(result.words, result.words[1:]))
     timed = [(entry.words, result.words) for entry, result in zip(entries, results)
              if entry.words is not None and result.words is not None]
     if timed:
