@@ -262,6 +262,7 @@ def test_the_long_upload_scenario_reports_both_phases(long_server, tmp_path):
     assert report["idle"]["ok"] == 20 and report["idle"]["errors"] == 0
     assert report["long_request"]["status"] == 200 and report["long_request"]["duration_s"] == pytest.approx(30.0)
     assert report["during_long"]["errors"] == 0 and report["long_request"]["lane"]["recordings"] == 1
+    assert report["long_request"]["lane"]["audio_seconds"] == pytest.approx(30.0, abs=0.01)  # this test's only
     if report["during_long"]["ok"]:
         assert report["p95_ratio"] > 0
     json.dumps(report)  # plain data

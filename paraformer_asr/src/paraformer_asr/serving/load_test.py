@@ -254,7 +254,6 @@ def run_long_upload_scenario(url: str, payloads: list[bytes], long_payload: byte
     before = server_health(host, port, timeout_s)
     if before is None or "long_form" not in before:
         raise ConfigError(f"{url}/health does not report a long-recording lane: is it this package's server?")
-    recordings_before = before["long_form"]["recordings"]
     long_request: dict = {}
     long_done = threading.Event()
     start = time.perf_counter()
@@ -305,12 +304,17 @@ def run_long_upload_scenario(url: str, payloads: list[bytes], long_payload: byte
     count = len(during.latencies_s) + during.errors
     during_report = build_report(url, count, concurrency, during, decoded_until - decoding_from, None)
     after = server_health(host, port, timeout_s)
-    long_request["lane"] = None if after is None else {
-        **after["long_form"], "recordings": after["long_form"]["recordings"] - recordings_before}
+    long_request["lane"] = None if after is None else lane_difference(before["long_form"], after["long_form"])
     ratio = None
     if idle["latency_ms"] and during_report["latency_ms"]:
         ratio = round(during_report["latency_ms"]["p95"] / idle["latency_ms"]["p95"], 3)
     return {"idle": idle, "during_long": during_report, "long_request": long_request, "p95_ratio": ratio}
+
+
+def lane_difference(before: dict, after: dict) -> dict:
+    """The long-recording lane's counters over the test (/health after minus before); the current queue as is."""
+    return {key: value if key == "queued_or_running" else round(value - before[key], 3)
+            for key, value in after.items()}
 
 
 def long_upload_markdown(scenario: dict) -> str:
