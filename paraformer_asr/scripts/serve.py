@@ -1,10 +1,13 @@
 """Serve a trained checkpoint over HTTP: python scripts/serve.py --checkpoint CKPT [--host 127.0.0.1] [--port 8000]
-    [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 30] [--max-upload-mb 10] [--device auto]
+    [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 3600] [--max-upload-mb 128] [--device auto]
+    [--long-yield-ms 200] [--max-long-recordings 4] [long-recording options: --chunk-seconds 20 --segment pauses ...]
 
-POST /transcribe (multipart form, audio file in field 'file') -> {"text", "duration_s", "rtf"}; GET /health; docs at
-/docs. Concurrent requests are decoded together: the batcher waits at most --max-wait-ms to fill a batch of up to
---max-batch-size. Needs the optional extra: pip install -e .[serve]. A run folder means its best.pt. The checkpoint
-must be trained on audio (data.kind: manifest). Stop with Ctrl-C / SIGTERM: queued requests are finished first.
+POST /transcribe (multipart form, audio file in field 'file') -> {"text", "duration_s", "rtf", "words"}; GET /health;
+docs at /docs. Concurrent short requests are decoded together: the batcher waits at most --max-wait-ms to fill a
+batch of up to --max-batch-size. Audio longer than --chunk-seconds is decoded window by window on its own lane,
+which yields to short requests between window batches (at most --long-yield-ms each time). Needs the optional
+extra: pip install -e .[serve]. A run folder means its best.pt. The checkpoint must be trained on audio (data.kind:
+manifest). Stop with Ctrl-C / SIGTERM: queued short requests are finished first; long ones end with 503.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main  # noqa: E402
 from paraformer_asr.errors import ConfigError  # noqa: E402
 
 SERVE_MODULES = ("fastapi", "uvicorn", "python_multipart")
@@ -36,11 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
-    parser.add_argument("--max-audio-seconds", type=float, default=30.0)
-    parser.add_argument("--max-upload-mb", type=float, default=10.0)
+    parser.add_argument("--max-audio-seconds", type=float, default=3600.0)
+    parser.add_argument("--max-upload-mb", type=float, default=128.0,
+                        help="largest request body in MiB (128: an hour of 16 kHz 16-bit mono WAV)")
+    parser.add_argument("--long-yield-ms", type=float, default=200.0,
+                        help="longest wait of the long-recording lane for idle short requests, per window batch")
+    parser.add_argument("--max-long-recordings", type=int, default=4,
+                        help="long recordings queued or being decoded at once; more get 503")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: the config's)")
+    parser.add_argument("--num-threads", type=int, default=None,
+                        help="torch CPU threads of each lane (default: the config's)")
+    add_long_form_arguments(parser)
     args = parser.parse_args(argv)
+    options = long_form_options(args)
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     if not args.max_upload_mb > 0:
@@ -57,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
                              max_audio_seconds=args.max_audio_seconds, max_batch_size=args.max_batch_size,
-                             max_wait_ms=args.max_wait_ms)
+                             max_wait_ms=args.max_wait_ms, long_form=options, long_yield_ms=args.long_yield_ms,
+                             max_long_recordings=args.max_long_recordings)
     loaded = load_trained_model(args.checkpoint, resolve_device(args.device))
     apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
     app = create_app(loaded, settings)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+import random
 from pathlib import Path
 
 import torch
@@ -48,3 +51,44 @@ def overfit(model, batch, steps: int, lr: float = 3e-3) -> list[float]:
         optimizer.step()
         losses.append(float(out.total.detach()))
     return losses
+
+
+SPEECH_RATE = 16000
+
+
+def speech_like(seconds: float, seed: int, rate: int = SPEECH_RATE) -> torch.Tensor:
+    """Bursts of tones (0.2-0.6 s) separated by 0.1-0.8 s of low noise, all drawn from ``seed``. -> [N]"""
+    rng = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    parts, total = [], 0
+    while total < seconds * rate:
+        burst = round(rng.uniform(0.2, 0.6) * rate)
+        t = torch.arange(burst) / rate
+        parts.append(0.3 * torch.sin(2 * math.pi * rng.uniform(200, 900) * t))
+        parts.append(0.003 * torch.randn(round(rng.uniform(0.1, 0.8) * rate), generator=generator))
+        total += parts[-1].numel() + burst
+    return torch.cat(parts)[:round(seconds * rate)]
+
+
+def train_tone_checkpoint(folder: Path) -> Path:
+    """A tiny Paraformer trained for one epoch on word-like tone bursts (transcripts with spaces between words);
+    -> its last.pt. Enough to run long-form decoding and the service, not to be accurate."""
+    from paraformer_asr.config import config_from_dict
+    from paraformer_asr.data.audio import write_audio
+    from paraformer_asr.training.loop import train
+
+    lines = []
+    for index in range(8):
+        write_audio(folder / f"u{index}.wav", speech_like(1.5, 10 + index), SPEECH_RATE)
+        lines.append(json.dumps({"audio": f"u{index}.wav", "text": ["12 3", "4 56", "7 8 9", "10"][index % 4]}))
+    (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
+    cfg = config_from_dict({
+        "run": {"name": "tones", "output_dir": str(folder / "runs"), "seed": 0, "num_threads": 1},
+        "data": {"kind": "manifest", "train_manifest": str(folder / "train.jsonl"),
+                 "val_manifest": str(folder / "train.jsonl"), "n_mels": 20},
+        "model": {"d_model": 32, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
+                  "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0},
+        "train": {"epochs": 1, "batch_size": 4, "eval_batch_size": 8, "lr": 0.003, "warmup_steps": 2,
+                  "log_every": 50, "plot_utterances": 0},
+    })
+    return train(cfg) / "checkpoints" / "last.pt"

@@ -82,3 +82,60 @@ def loop_token_spans(alphas: torch.Tensor, num_tokens: torch.Tensor, min_weight:
         all_starts.append(starts)
         all_ends.append(ends)
     return all_starts, all_ends
+
+
+def loop_edit_table(reference, hypothesis) -> list[list[int]]:
+    """The Levenshtein table, one cell at a time (substitution, insertion, deletion cost 1)."""
+    rows, cols = len(reference), len(hypothesis)
+    cost = [[0] * (cols + 1) for _ in range(rows + 1)]
+    for i in range(rows + 1):
+        for j in range(cols + 1):
+            if i == 0 or j == 0:
+                cost[i][j] = i + j
+            else:
+                cost[i][j] = min(cost[i - 1][j] + 1, cost[i][j - 1] + 1,
+                                 cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]))
+    return cost
+
+
+def loop_matched_pairs(reference, hypothesis) -> list[tuple[int, int]]:
+    """Matched pairs of one minimum-edit alignment, ties: match, substitution, deletion, insertion."""
+    cost = loop_edit_table(reference, hypothesis)
+    pairs, i, j = [], len(reference), len(hypothesis)
+    while i > 0 and j > 0:
+        same = reference[i - 1] == hypothesis[j - 1]
+        if cost[i][j] == cost[i - 1][j - 1] + (not same):
+            if same:
+                pairs.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif cost[i][j] == cost[i - 1][j] + 1:
+            i -= 1
+        else:
+            j -= 1
+    return pairs[::-1]
+
+
+def loop_speech_runs(profile_db, threshold_db, floor_frames, min_pause_frames, min_speech_frames, quantile=0.1):
+    """Speech runs of a dB profile, frame by frame: the floor of each stretch of ``floor_frames`` is its
+    ``quantile`` (linear interpolation), a frame is speech above floor + threshold, runs closer than
+    ``min_pause_frames`` are joined, shorter joined runs dropped. -> [(first, end)]."""
+    values = [float(v) for v in profile_db]
+    speech = []
+    for start in range(0, len(values), floor_frames):
+        stretch = sorted(values[start:start + floor_frames])
+        position = (len(stretch) - 1) * quantile
+        low = int(position)
+        high = min(low + 1, len(stretch) - 1)
+        floor = stretch[low] + (stretch[high] - stretch[low]) * (position - low)
+        speech += [v > floor + threshold_db for v in values[start:start + floor_frames]]
+    runs = []
+    for index, is_speech in enumerate(speech):
+        if not is_speech:
+            continue
+        if runs and index - runs[-1][1] < min_pause_frames:
+            runs[-1][1] = index + 1
+        elif runs and runs[-1][1] == index:
+            runs[-1][1] = index + 1
+        else:
+            runs.append([index, index + 1])
+    return [(first, end) for first, end in runs if end - first >= min_speech_frames]

@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from asr_helpers import tiny_raw_config  # noqa: E402
+from asr_helpers import tiny_raw_config, train_tone_checkpoint  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -34,3 +34,9 @@ def tiny_batch(tiny_data):
     from paraformer_asr.data.batching import Collator
 
     return Collator(tiny_data.tokenizer.pad_id)([tiny_data.train[i] for i in range(6)])
+
+
+@pytest.fixture(scope="session")
+def tone_checkpoint(tmp_path_factory):
+    """A tiny audio Paraformer (asr_helpers.train_tone_checkpoint), trained once per test session."""
+    return train_tone_checkpoint(tmp_path_factory.mktemp("tone_corpus"))

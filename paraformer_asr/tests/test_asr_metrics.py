@@ -37,3 +37,20 @@ def test_word_boundary_errors_count_starts_and_ends_of_correct_words_only():
     assert word_boundary_errors(ref, hyp) == [20, 20, 50, 0]  # 'zero' was misrecognised: not counted
     hyp = timed(("four", 100, 400), ("seven", 1110, 1490))  # 'zero' dropped
     assert word_boundary_errors(ref, hyp) == [0, 0, 10, 10]
+
+
+def test_vectorised_edit_distance_and_alignment_equal_the_cell_by_cell_table():
+    import random
+
+    from paraformer_asr.metrics import matched_pairs
+
+    from asr_reference import loop_edit_table, loop_matched_pairs
+
+    rng = random.Random(0)
+    for _ in range(60):
+        ref = [rng.choice("abcd") for _ in range(rng.randint(0, 25))]
+        hyp = [rng.choice("abcde") for _ in range(rng.randint(0, 25))]
+        assert edit_distance(ref, hyp) == loop_edit_table(ref, hyp)[-1][-1]
+        assert matched_pairs(ref, hyp) == loop_matched_pairs(ref, hyp)
+    words = ["one", "two", 3, (4,)]  # any hashable items
+    assert edit_distance(words, words[::-1]) == loop_edit_table(words, words[::-1])[-1][-1]

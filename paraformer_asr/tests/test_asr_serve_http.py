@@ -37,6 +37,7 @@ from paraformer_asr.errors import CheckpointError  # noqa: E402
 from paraformer_asr.inference import features_from_file, load_trained_model  # noqa: E402
 from paraformer_asr.serving.app import create_app  # noqa: E402
 from paraformer_asr.serving.batcher import GreedyTranscriber  # noqa: E402
+from paraformer_asr.serving.load_test import loopback_address, multipart_body, request_json  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
 from paraformer_asr.training.loop import train  # noqa: E402
 
@@ -126,22 +127,22 @@ def server(loaded):
 
 
 def connect(url: str) -> http.client.HTTPConnection:
-    return http.client.HTTPConnection(*load_test.loopback_address(url), timeout=WAIT_S)
+    return http.client.HTTPConnection(*loopback_address(url), timeout=WAIT_S)
 
 
 def get(url: str, path: str) -> tuple[int, dict]:
     connection = connect(url)
     try:
-        return load_test.request_json(connection, "GET", path)
+        return request_json(connection, "GET", path)
     finally:
         connection.close()
 
 
 def upload(url: str, data: bytes, field: str = "file") -> tuple[int, dict]:
-    body, content_type = load_test.multipart_body(data, field=field)
+    body, content_type = multipart_body(data, field=field)
     connection = connect(url)
     try:
-        return load_test.request_json(connection, "POST", "/transcribe", body, content_type)
+        return request_json(connection, "POST", "/transcribe", body, content_type)
     finally:
         connection.close()
 
@@ -251,7 +252,7 @@ def test_bad_uploads_get_a_4xx_json_error_and_the_server_keeps_serving(server, c
 
 
 def test_too_large_chunked_upload_without_length_is_refused(server):
-    body, content_type = load_test.multipart_body(bytes(MAX_UPLOAD_BYTES + 1))
+    body, content_type = multipart_body(bytes(MAX_UPLOAD_BYTES + 1))
     connection = connect(server)
     try:
         chunks = (body[i:i + 16_384] for i in range(0, len(body), 16_384))
@@ -268,12 +269,12 @@ def test_missing_file_field_gets_422_json(server, corpus, request_body):
     connection = connect(server)
     try:
         if request_body == "wrong-field":
-            body, content_type = load_test.multipart_body((corpus / "utt0.wav").read_bytes(), field="audio")
+            body, content_type = multipart_body((corpus / "utt0.wav").read_bytes(), field="audio")
         elif request_body == "no-file":
             body, content_type = b"name=value", "application/x-www-form-urlencoded"
         else:
             body, content_type = None, None
-        status, answer = load_test.request_json(connection, "POST", "/transcribe", body, content_type)
+        status, answer = request_json(connection, "POST", "/transcribe", body, content_type)
     finally:
         connection.close()
     assert status == 422 and "field 'file'" in answer["detail"]

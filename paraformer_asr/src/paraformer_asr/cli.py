@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Callable
 
@@ -17,3 +18,49 @@ def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | N
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
+
+
+def add_long_form_arguments(parser) -> None:
+    """The options of long-form decoding (decode/longform.py), shared by infer.py, eval.py and serve.py."""
+    from paraformer_asr.decode.longform import CUT_RULES, SEGMENTATIONS, LongFormOptions
+
+    defaults = LongFormOptions()
+    group = parser.add_argument_group("long recordings (decoded window by window; docs/architecture.md)")
+    group.add_argument("--chunk-seconds", type=float, default=defaults.chunk_seconds,
+                       help="recordings longer than this are decoded in windows of at most this length "
+                            f"(default {defaults.chunk_seconds:g})")
+    group.add_argument("--segment", choices=SEGMENTATIONS, default=defaults.segment,
+                       help="windows between pauses (speech segments) or fixed overlapping windows "
+                            f"(default {defaults.segment})")
+    group.add_argument("--chunk-overlap", type=float, default=None,
+                       help="seconds of overlap of neighbouring windows (default: a fifth of --chunk-seconds, "
+                            f"{defaults.overlap_seconds:g} s for the default)")
+    group.add_argument("--chunk-cut", choices=CUT_RULES, default=defaults.cut,
+                       help=f"where overlapping windows are stitched (default {defaults.cut})")
+    group.add_argument("--chunk-batch", type=int, default=defaults.batch_windows,
+                       help=f"windows decoded together (default {defaults.batch_windows})")
+    group.add_argument("--speech-threshold-db", type=float, default=defaults.speech_threshold_db,
+                       help="with --segment pauses: speech is this far above the local noise floor "
+                            f"(default {defaults.speech_threshold_db:g})")
+    group.add_argument("--min-pause-ms", type=float, default=defaults.min_pause_ms,
+                       help=f"with --segment pauses: shorter pauses do not end a segment (default "
+                            f"{defaults.min_pause_ms:g})")
+
+
+def long_form_options(args):
+    """argparse namespace (see :func:`add_long_form_arguments`) -> LongFormOptions (ConfigError on bad values)."""
+    from paraformer_asr.decode.longform import DEFAULT_OVERLAP_SHARE, LongFormOptions
+
+    overlap = args.chunk_overlap
+    if overlap is None:
+        overlap = args.chunk_seconds * DEFAULT_OVERLAP_SHARE if math.isfinite(args.chunk_seconds) else 0.0
+    return LongFormOptions(segment=args.segment, chunk_seconds=args.chunk_seconds, overlap_seconds=overlap,
+                           cut=args.chunk_cut, batch_windows=args.chunk_batch,
+                           speech_threshold_db=args.speech_threshold_db, min_pause_ms=args.min_pause_ms)
+
+
+def progress_bar_wanted() -> bool:
+    """Progress bars on an interactive terminal only (not under CI, not into a file or pipe)."""
+    import os
+
+    return sys.stderr.isatty() and not os.environ.get("CI")

@@ -96,21 +96,29 @@ def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, f
     return features, features.shape[0] * 0.01
 
 
-def evaluation_dataset(loaded: LoadedModel, split: str = "val", manifest: str | None = None):
-    """The set a checkpoint is evaluated on: ``manifest`` if given (audio checkpoints only), else the
-    toy split or the config's ``data.<split>_manifest``."""
-    from paraformer_asr.data.setup import manifest_dataset
-    from paraformer_asr.data.toy import ToySeq2SeqDataset
-
+def evaluation_manifest(loaded: LoadedModel, split: str = "val", manifest: str | None = None) -> str | None:
+    """The manifest a checkpoint is evaluated on: ``manifest`` if given (audio checkpoints only), else the config's
+    ``data.<split>_manifest``; None for a toy checkpoint (its toy split)."""
     cfg = loaded.cfg
     if manifest is not None:
         if cfg.data.kind != "manifest":
             raise ConfigError(f"--manifest needs a checkpoint trained on audio (data.kind manifest); "
                               f"{loaded.path} was trained on '{cfg.data.kind}' data")
-        return manifest_dataset(cfg, manifest, loaded.tokenizer, loaded.normalizer)
+        return manifest
     if cfg.data.kind == "toy":
-        return ToySeq2SeqDataset.from_config(cfg.data.toy, split, loaded.tokenizer)
+        return None
     path = cfg.data.val_manifest if split == "val" else cfg.data.test_manifest
     if not path:
         raise ConfigError(f"the checkpoint's config has no data.{split}_manifest; pass --manifest FILE.jsonl")
-    return manifest_dataset(cfg, path, loaded.tokenizer, loaded.normalizer)
+    return path
+
+
+def evaluation_dataset(loaded: LoadedModel, split: str = "val", manifest: str | None = None):
+    """The set a checkpoint is evaluated on (see :func:`evaluation_manifest`), as a dataset."""
+    from paraformer_asr.data.setup import manifest_dataset
+    from paraformer_asr.data.toy import ToySeq2SeqDataset
+
+    path = evaluation_manifest(loaded, split, manifest)
+    if path is None:
+        return ToySeq2SeqDataset.from_config(loaded.cfg.data.toy, split, loaded.tokenizer)
+    return manifest_dataset(loaded.cfg, path, loaded.tokenizer, loaded.normalizer)

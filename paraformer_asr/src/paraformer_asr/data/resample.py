@@ -19,9 +19,16 @@ times faster, treat its samples as recorded at ``round(sample_rate * factor)`` H
 ``sample_rate``. The result is about ``N / factor`` samples long and every frequency is multiplied by ``factor``
 (tempo and pitch change together).
 
+Resampling a long recording block by block (decode/longform.py) gives the same samples as resampling it whole when
+each block starts at an input sample that is a multiple of ``down`` (its outputs then fall on the whole signal's
+output grid) and carries ``resample_reach`` extra input samples on each side (the kernel's reach).
+
 Contracts:
     resample(waveform [..., N], orig_sample_rate, new_sample_rate) -> [..., ceil(N * new / orig)]
     speed_perturb(waveform [..., N], sr, factor)                   -> [..., ceil(N * sr / round(sr * factor))]
+    rate_ratio(orig_sample_rate, new_sample_rate)                  -> (up, down), the reduced new / orig
+    resample_reach(orig_sample_rate, new_sample_rate)              -> input samples on each side of an output's
+                                                                      position that weigh on it (0 for equal rates)
 """
 
 from __future__ import annotations
@@ -58,14 +65,31 @@ def resample(
         raise ValueError("resample expects a waveform with a time axis [..., N]")
     if orig_sample_rate == new_sample_rate:
         return waveform
-    divisor = math.gcd(orig_sample_rate, new_sample_rate)
-    up, down = new_sample_rate // divisor, orig_sample_rate // divisor
+    up, down = rate_ratio(orig_sample_rate, new_sample_rate)
     kernels, half_width = sinc_kernels(up, down, zero_crossings, rolloff, window, kaiser_beta)  # [up, K]
     kernels = kernels.to(waveform.dtype)
     num_out = -(-waveform.shape[-1] * up // down)  # ceil(N * up / down)
     if up * (down + kernels.shape[1]) <= _MAX_POLYPHASE_WEIGHTS:
         return _resample_polyphase(waveform, up, down, kernels, half_width, num_out)
     return _resample_gather(waveform, up, down, kernels, half_width, num_out)
+
+
+def rate_ratio(orig_sample_rate: int, new_sample_rate: int) -> tuple[int, int]:
+    """(up, down) = new / orig reduced by their gcd: output j sits at input position j * down / up."""
+    _check_rate("orig_sample_rate", orig_sample_rate)
+    _check_rate("new_sample_rate", new_sample_rate)
+    divisor = math.gcd(orig_sample_rate, new_sample_rate)
+    return new_sample_rate // divisor, orig_sample_rate // divisor
+
+
+def resample_reach(orig_sample_rate: int, new_sample_rate: int, zero_crossings: int = 16,
+                   rolloff: float = 0.945) -> int:
+    """Input samples on each side of an output's position that can weigh on it (0 when the rates are equal):
+    the kernel of an output at ``q + r / up`` reads inputs ``q - half_width .. q + half_width + 1``."""
+    if orig_sample_rate == new_sample_rate:
+        return 0
+    up, down = rate_ratio(orig_sample_rate, new_sample_rate)
+    return _kernel_half_width(up, down, zero_crossings, rolloff) + 2
 
 
 def speed_perturb(waveform: torch.Tensor, sample_rate: int, factor: float) -> torch.Tensor:
@@ -129,8 +153,8 @@ def sinc_kernels(
     Returns (kernels [up, 2 * half_width + 2] float64, half_width). Row ``r``, tap ``m`` weights input sample
     ``q - half_width + m`` for an output at position ``q + r / up`` (input-sample units).
     """
-    cutoff = min(up, down) * rolloff / down  # twice the cutoff frequency in cycles per input sample
-    half_width = math.ceil(zero_crossings / cutoff)
+    cutoff = _cutoff(up, down, rolloff)
+    half_width = _kernel_half_width(up, down, zero_crossings, rolloff)
     taps = torch.arange(2 * half_width + 2, dtype=torch.float64) - half_width  # [K] offsets from q
     phases = torch.arange(up, dtype=torch.float64) / up  # [up] r / up
     distance = taps[None, :] - phases[:, None]  # [up, K] input-sample distance from the output position
@@ -139,6 +163,16 @@ def sinc_kernels(
     taper = _window(scaled / zero_crossings, window, kaiser_beta)  # [up, K]
     kernels = cutoff * torch.special.sinc(scaled) * taper * inside
     return kernels, half_width
+
+
+def _cutoff(up: int, down: int, rolloff: float) -> float:
+    """Twice the low-pass cutoff frequency, in cycles per input sample."""
+    return min(up, down) * rolloff / down
+
+
+def _kernel_half_width(up: int, down: int, zero_crossings: int, rolloff: float) -> int:
+    """Input samples on each side of an output's position inside the sinc's ``zero_crossings`` zero crossings."""
+    return math.ceil(zero_crossings / _cutoff(up, down, rolloff))
 
 
 def _window(position: torch.Tensor, window: str, kaiser_beta: float) -> torch.Tensor:

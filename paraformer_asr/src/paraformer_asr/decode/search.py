@@ -27,6 +27,13 @@ def beam_search(model: nn.Module, features: torch.Tensor, feat_mask: torch.Tenso
     return model.beam_search(features, feat_mask, beam_size, **kwargs)
 
 
+def require_timestamps(model: nn.Module) -> None:
+    """ConfigError unless the model gives token times (``gives_timestamps``: the Paraformer's CIF)."""
+    if not model.gives_timestamps:
+        raise ConfigError("timestamps come from the CIF predictor: this model (the autoregressive baseline) has "
+                          "none; use a Paraformer checkpoint")
+
+
 @dataclass
 class Transcript:
     """One decoded utterance. token_times: (start_ms, end_ms) of each hypothesis token when timestamps were
@@ -50,9 +57,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise."""
     if method not in ("greedy", "beam"):
         raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
-    if clock is not None and not model.gives_timestamps:
-        raise ConfigError("timestamps come from the CIF predictor: this model (the autoregressive baseline) has "
-                          "none; use a Paraformer checkpoint")
+    if clock is not None:
+        require_timestamps(model)
     model.eval()
     transcripts: list[Transcript] = []
     seconds = 0.0

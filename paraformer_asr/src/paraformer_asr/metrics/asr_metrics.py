@@ -9,39 +9,58 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
+
+def _codes(reference: Sequence, hypothesis: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Both sequences as integer arrays (equal items, equal codes)."""
+    vocabulary: dict = {}
+    ref = np.array([vocabulary.setdefault(item, len(vocabulary)) for item in reference], dtype=np.int32)
+    hyp = np.array([vocabulary.setdefault(item, len(vocabulary)) for item in hypothesis], dtype=np.int32)
+    return ref, hyp
+
+
+def _next_row(previous: np.ndarray, ref_item: int, hyp: np.ndarray, i: int) -> np.ndarray:
+    """Row i of the Levenshtein table from row i - 1, vectorised over the hypothesis [M + 1].
+
+    cur[j] = min(prev[j] + 1, prev[j - 1] + (ref != hyp[j - 1]), cur[j - 1] + 1): with base[j] the first two
+    terms (base[0] = i), cur[j] = min over k <= j of base[k] + (j - k), a running minimum of base[k] - k."""
+    base = np.empty_like(previous)
+    base[0] = i
+    base[1:] = np.minimum(previous[1:] + 1, previous[:-1] + (hyp != ref_item))
+    offsets = np.arange(previous.shape[0], dtype=np.int32)
+    return np.minimum.accumulate(base - offsets) + offsets
+
 
 def edit_distance(reference: Sequence, hypothesis: Sequence) -> int:
-    """Levenshtein distance (substitutions, insertions, deletions all cost 1), one row at a time."""
-    previous = list(range(len(hypothesis) + 1))
-    for i, ref_item in enumerate(reference, start=1):
-        current = [i] + [0] * len(hypothesis)
-        for j, hyp_item in enumerate(hypothesis, start=1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_item != hyp_item))
-        previous = current
-    return previous[-1]
+    """Levenshtein distance (substitutions, insertions, deletions all cost 1): the table row by row, each row
+    vectorised (long transcripts of whole recordings stay fast; memory: two rows)."""
+    ref, hyp = _codes(reference, hypothesis)
+    row = np.arange(hyp.shape[0] + 1, dtype=np.int32)
+    for i, ref_item in enumerate(ref, start=1):
+        row = _next_row(row, ref_item, hyp, i)
+    return int(row[-1])
 
 
 def matched_pairs(reference: Sequence, hypothesis: Sequence) -> list[tuple[int, int]]:
     """Index pairs (i, j) with reference[i] == hypothesis[j] on one minimum-edit-distance alignment (the
-    correctly recognised items), in order. Ties prefer a match, then a substitution, deletion, insertion."""
-    rows, cols = len(reference), len(hypothesis)
-    cost = [[0] * (cols + 1) for _ in range(rows + 1)]
-    for i in range(rows + 1):
-        for j in range(cols + 1):
-            if i == 0 or j == 0:
-                cost[i][j] = i + j
-            else:
-                cost[i][j] = min(cost[i - 1][j] + 1, cost[i][j - 1] + 1,
-                                 cost[i - 1][j - 1] + (reference[i - 1] != hypothesis[j - 1]))
+    correctly recognised items), in order. Ties prefer a match, then a substitution, deletion, insertion.
+    The table ([N + 1, M + 1] int32) is filled row by row as in :func:`edit_distance`."""
+    ref, hyp = _codes(reference, hypothesis)
+    rows, cols = ref.shape[0], hyp.shape[0]
+    cost = np.empty((rows + 1, cols + 1), dtype=np.int32)
+    cost[0] = np.arange(cols + 1)
+    for i in range(1, rows + 1):
+        cost[i] = _next_row(cost[i - 1], ref[i - 1], hyp, i)
     pairs = []
     i, j = rows, cols
     while i > 0 and j > 0:
-        same = reference[i - 1] == hypothesis[j - 1]
-        if cost[i][j] == cost[i - 1][j - 1] + (not same):
+        same = ref[i - 1] == hyp[j - 1]
+        if cost[i, j] == cost[i - 1, j - 1] + (not same):
             if same:
                 pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
-        elif cost[i][j] == cost[i - 1][j] + 1:
+        elif cost[i, j] == cost[i - 1, j] + 1:
             i -= 1
         else:
             j -= 1

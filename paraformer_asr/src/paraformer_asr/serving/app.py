@@ -5,11 +5,16 @@
     GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
 
 ``words`` lists the recognised words with their CIF times, ``[{"word", "start_ms", "end_ms"}]`` (null for an
-autoregressive-baseline checkpoint, which has no CIF). ``rtf`` is the request's processing time on the server (feature extraction, waiting for its batch, the batched
-decode) divided by the audio's duration. Every refused request answers JSON ``{"detail": "<message>"}``:
-400 unreadable audio (not an audio format soundfile reads, empty, damaged header, no samples), 413 upload larger than
-``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the form field ``file``,
-503 while the server shuts down.
+autoregressive-baseline checkpoint, which has no CIF). ``rtf`` is the request's processing time on the server (feature
+extraction, waiting for its batch, the decode) divided by the audio's duration.
+
+Audio up to ``long_form.chunk_seconds`` goes through the micro-batcher; longer audio (up to ``max_audio_seconds``)
+through the long-recording lane (serving/long_lane.py), decoded window by window from the uploaded file, so short
+requests keep being batched and answered while a long one is decoded. Every refused request answers JSON
+``{"detail": "<message>"}``: 400 unreadable audio (not an audio format soundfile reads, empty, damaged header, no
+samples), 413 upload larger than ``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the
+form field ``file``, 503 while the server shuts down or when ``max_long_recordings`` long recordings are already
+queued.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
+from typing import BinaryIO
 from contextlib import asynccontextmanager
 
 import torch
@@ -31,6 +37,7 @@ from paraformer_asr.data.audio import open_audio, read_frames, to_mono
 from paraformer_asr.errors import CheckpointError, DataError
 from paraformer_asr.inference import LoadedModel, features_from_waveform
 from paraformer_asr.serving.batcher import BatcherClosed, GreedyTranscriber, MicroBatcher
+from paraformer_asr.serving.long_lane import LaneFull, LongFormLane
 from paraformer_asr.serving.settings import ServeSettings
 
 UPLOAD_FIELD = "file"
@@ -60,6 +67,7 @@ class Health(BaseModel):
     sample_rate: int
     limits: dict
     batching: dict
+    long_form: dict
 
 
 class ErrorBody(BaseModel):
@@ -73,14 +81,18 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
                               f"audio; the service needs a checkpoint trained with data.kind: manifest")
     device = next(loaded_model.model.parameters()).device
     batcher = MicroBatcher(GreedyTranscriber(loaded_model, device), settings.max_batch_size, settings.max_wait_ms)
+    lane = LongFormLane(loaded_model, device, settings.long_form, batcher, settings.long_yield_ms,
+                        settings.max_long_recordings)
     started = time.monotonic()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         batcher.start()
+        lane.start()
         try:
             yield
         finally:
+            await run_in_threadpool(lane.close)
             await run_in_threadpool(batcher.close)
 
     app = FastAPI(title="paraformer_asr speech recognition", version=__version__, lifespan=lifespan,
@@ -89,6 +101,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
     app.add_middleware(UploadSizeLimit, max_bytes=settings.max_upload_bytes)
     app.add_exception_handler(RequestValidationError, _missing_upload_answer)
     app.state.batcher = batcher
+    app.state.long_form_lane = lane
 
     errors = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
 
@@ -96,14 +109,20 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
     async def transcribe(file: UploadFile = File(..., description="an audio file: WAV (any PCM width, float, "
                                                                   "A-law, mu-law), FLAC, OGG, MP3, ...")):
         start = time.perf_counter()
-        data = await file.read()
-        features, duration_s = await run_in_threadpool(features_from_upload, data, loaded_model,
-                                                       settings.max_audio_seconds)
+        upload = file.file  # a seekable file object (in memory, or spooled to disk when large)
+        duration_s = await run_in_threadpool(upload_duration, upload, settings.max_audio_seconds)
         try:
-            future = batcher.submit((features, duration_s))
-        except BatcherClosed as exc:
+            if duration_s > settings.long_form.chunk_seconds:
+                future = lane.submit(upload, UPLOAD_NAME)
+            else:
+                features, duration_s = await run_in_threadpool(features_from_upload, upload, loaded_model,
+                                                               settings.max_audio_seconds)
+                future = batcher.submit((features, duration_s))
+            recognition = await asyncio.wrap_future(future)
+        except (BatcherClosed, LaneFull) as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
-        recognition = await asyncio.wrap_future(future)
+        except DataError as exc:  # a long upload whose samples turn out unreadable
+            raise HTTPException(status_code=400, detail=str(exc)) from None
         return Transcription(text=recognition.text, duration_s=duration_s,
                              rtf=(time.perf_counter() - start) / duration_s, words=recognition.words)
 
@@ -112,20 +131,39 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
         return Health(status="ok", model_type=loaded_model.cfg.model.type, checkpoint=str(loaded_model.path),
                       device=str(device), uptime_s=time.monotonic() - started,
                       sample_rate=loaded_model.cfg.data.sample_rate, limits=settings.to_dict(),
-                      batching=batcher.stats())
+                      batching=batcher.stats(), long_form=lane.stats())
 
     return app
 
 
-def features_from_upload(data: bytes, loaded: LoadedModel, max_audio_seconds: float) -> tuple[torch.Tensor, float]:
-    """Uploaded audio bytes (any format soundfile reads) -> (features [T, F] through the model's front end and
-    normaliser, duration in seconds).
-
-    Read from memory, once: the header gives the duration, which is checked before any sample is decoded.
-    Raises HTTPException 400 for unreadable audio (the message names the 'uploaded file'), 413 for audio longer
-    than ``max_audio_seconds``."""
+def upload_duration(upload: BinaryIO, max_audio_seconds: float) -> float:
+    """The duration (seconds) an uploaded file's header announces, nothing decoded. HTTPException 400 for
+    unreadable audio, 413 for audio longer than ``max_audio_seconds``."""
+    upload.seek(0)
     try:
-        with open_audio(io.BytesIO(data), UPLOAD_NAME) as handle:
+        with open_audio(upload, UPLOAD_NAME) as handle:
+            duration_s = handle.frames / handle.samplerate
+    except DataError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
+    if duration_s > max_audio_seconds:
+        raise HTTPException(status_code=413, detail=f"audio is {duration_s:.2f} s long; the limit is "
+                                                    f"{max_audio_seconds:g} s")
+    upload.seek(0)
+    return duration_s
+
+
+def features_from_upload(data: bytes | BinaryIO, loaded: LoadedModel,
+                         max_audio_seconds: float) -> tuple[torch.Tensor, float]:
+    """Uploaded audio (bytes or a seekable file object; any format soundfile reads) -> (features [T, F] through
+    the model's front end and normaliser, duration in seconds).
+
+    Read once: the header gives the duration, which is checked before any sample is decoded. Raises
+    HTTPException 400 for unreadable audio (the message names the 'uploaded file'), 413 for audio longer than
+    ``max_audio_seconds``."""
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    source.seek(0)
+    try:
+        with open_audio(source, UPLOAD_NAME) as handle:
             duration_s = handle.frames / handle.samplerate
             if duration_s > max_audio_seconds:
                 raise HTTPException(status_code=413, detail=f"audio is {duration_s:.2f} s long; the limit is "

@@ -8,6 +8,7 @@ light load a request waits at most ``max_wait_ms``; under heavy load batches fil
 Contracts:
     GreedyTranscriber(loaded, device)(utterances: list of B (features [T_i, F], duration_s)) -> list of B Recognition
     MicroBatcher(transcribe, max_batch_size, max_wait_ms).submit(request) -> Future of transcribe([request])[0]
+    MicroBatcher.wait_idle(timeout_s) -> True once no request is queued or being decoded (False on timeout)
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ class MicroBatcher:
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()  # guards _accepting/_thread and the statistics
+        self._lock = threading.Lock()  # guards _accepting/_thread, _pending and the statistics
+        self._idle = threading.Condition(self._lock)  # notified when _pending drops to 0
+        self._pending = 0  # requests submitted and not yet answered
         self._accepting = False
         self._thread: threading.Thread | None = None
         self._batch_sizes: Counter[int] = Counter()
@@ -104,8 +107,14 @@ class MicroBatcher:
         with self._lock:  # a request accepted here is queued before close()'s sentinel, so it is decoded
             if not self._accepting:
                 raise BatcherClosed("the transcription worker is not running")
+            self._pending += 1
             self._queue.put(_Request(payload, future))
         return future
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is queued or being decoded, at most ``timeout_s``; -> whether it is idle."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop taking requests, decode the ones already queued, and end the worker thread."""
@@ -156,6 +165,15 @@ class MicroBatcher:
         return batch, False
 
     def _decode(self, batch: list[_Request]) -> None:
+        try:
+            self._decode_live(batch)
+        finally:
+            with self._idle:
+                self._pending -= len(batch)
+                if self._pending == 0:
+                    self._idle.notify_all()
+
+    def _decode_live(self, batch: list[_Request]) -> None:
         live = [request for request in batch if request.future.set_running_or_notify_cancel()]
         if not live:
             return

@@ -3,28 +3,42 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
+from paraformer_asr.decode.longform import LongFormOptions
 from paraformer_asr.errors import ConfigError
+
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """max_upload_bytes: largest accepted request body (the whole multipart upload), in bytes.
-    max_audio_seconds: longest accepted audio, in seconds.
-    max_batch_size: most requests decoded together in one batch.
-    max_wait_ms: longest time the batcher waits for more requests once one is queued (0 = never wait)."""
+    """max_upload_bytes: largest accepted request body (the whole multipart upload), in bytes; the default,
+    128 MiB, holds an hour of 16 kHz 16-bit mono WAV (110 MiB) or FLAC / OGG of longer.
+    max_audio_seconds: longest accepted audio, in seconds (default one hour).
+    max_batch_size: most short requests decoded together in one batch.
+    max_wait_ms: longest time the batcher waits for more requests once one is queued (0 = never wait).
+    long_form: how recordings longer than its ``chunk_seconds`` are cut and decoded (their own lane).
+    long_yield_ms: longest wait of the long-recording lane for idle short requests, per window batch.
+    max_long_recordings: long recordings queued or being decoded at once; more are refused with 503."""
 
-    max_upload_bytes: int = 10 * 1024 * 1024
-    max_audio_seconds: float = 30.0
+    max_upload_bytes: int = 128 * MIB
+    max_audio_seconds: float = 3600.0
     max_batch_size: int = 8
     max_wait_ms: float = 5.0
+    long_form: LongFormOptions = field(default_factory=LongFormOptions)
+    long_yield_ms: float = 200.0
+    max_long_recordings: int = 4
 
     def __post_init__(self) -> None:
         _require_int(self.max_upload_bytes, "max_upload_bytes", minimum=1)
         _require_int(self.max_batch_size, "max_batch_size", minimum=1)
+        _require_int(self.max_long_recordings, "max_long_recordings", minimum=1)
         _require_number(self.max_audio_seconds, "max_audio_seconds", positive=True)
         _require_number(self.max_wait_ms, "max_wait_ms", positive=False)
+        _require_number(self.long_yield_ms, "long_yield_ms", positive=False)
+        if not isinstance(self.long_form, LongFormOptions):
+            raise ConfigError(f"serve setting 'long_form' must be LongFormOptions, got {self.long_form!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -6,7 +6,10 @@ import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
+from paraformer_asr.data.audio import audio_info, segment_frames
+from paraformer_asr.data.manifest import ManifestEntry
 from paraformer_asr.data.tokenizer import Tokenizer
+from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
 from paraformer_asr.decode.search import Transcript, transcribe_batches
 from paraformer_asr.decode.timestamps import FrameClock, word_times
 from paraformer_asr.metrics import score_transcripts, word_boundary_errors
@@ -37,6 +40,56 @@ def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device:
 def hypothesis_words(tokenizer: Tokenizer, transcript: Transcript) -> list[dict]:
     """The timed words of a transcript decoded with timestamps: [{"word", "start_ms", "end_ms"}]."""
     return word_times(tokenizer.pieces(transcript.hyp_tokens), transcript.token_times)
+
+
+def recording_seconds(entry: ManifestEntry) -> float:
+    """Length of a manifest entry's audio (its segment, if it has one) from the file's header."""
+    info = audio_info(entry.audio_path)
+    _, count = segment_frames(info.sample_rate, info.num_frames, entry.start_s, entry.end_s, str(entry.audio_path))
+    return (info.num_frames if count < 0 else count) / info.sample_rate
+
+
+def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.device, options: LongFormOptions,
+                       method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
+                       progress=None) -> tuple[dict, list[dict]]:
+    """Score recordings decoded window by window (decode/longform.py), each on its own.
+
+    -> (scores: the keys of :func:`evaluate` (hypothesis token ids re-encoded from the stitched text) with
+    rtf = wall seconds of reading, features and decoding / seconds of audio, plus ``windows`` and, for a
+    Paraformer, ``word_times_increase`` (every word starts after the previous one ends); predictions: one
+    dict per recording, ``id``, ``ref``, ``hyp``, and ``words`` with times for a Paraformer).
+    ``progress(entry, windows_done, windows_total)`` is called as windows are decoded."""
+    tokenizer = loaded.tokenizer
+    results = []
+    for entry in entries:
+        report = None if progress is None else (lambda done, total, entry=entry: progress(entry, done, total))
+        results.append(transcribe_long(loaded, entry.audio_path, device, options, name=f"{entry.where}: "
+                                       f"{entry.audio_path}", start_s=entry.start_s, end_s=entry.end_s,
+                                       method=method, beam_size=beam_size, lm=lm, lm_weight=lm_weight,
+                                       progress=report))
+    scores = score_transcripts([tokenizer.encode(entry.text) for entry in entries],
+                               [tokenizer.encode(result.text) for result in results],
+                               [entry.text for entry in entries], [result.text for result in results]).to_dict()
+    audio_seconds = sum(result.duration_s for result in results)
+    scores["rtf"] = sum(result.seconds for result in results) / audio_seconds if audio_seconds > 0 else 0.0
+    scores["windows"] = sum(result.num_windows for result in results)
+    if all(result.words is not None for result in results):
+        scores["word_times_increase"] = all(
+            a["start_ms"] <= a["end_ms"] <= b["start_ms"] <= b["end_ms"]
+            for result in results for a, b in zip(result.words, result.words[1:]))
+    timed = [(entry.words, result.words) for entry, result in zip(entries, results)
+             if entry.words is not None and result.words is not None]
+    if timed:
+        errors = [error for ref_words, hyp_words in timed for error in word_boundary_errors(ref_words, hyp_words)]
+        scores["word_boundary_mae_ms"] = sum(errors) / len(errors) if errors else None
+        scores["word_boundary_words"] = len(errors) // 2
+    predictions = []
+    for entry, result in zip(entries, results):
+        line = {"id": entry.id, "ref": entry.text, "hyp": result.text}
+        if result.words is not None:
+            line["words"] = result.words
+        predictions.append(line)
+    return scores, predictions
 
 
 def resolve_device(name: str) -> torch.device:
