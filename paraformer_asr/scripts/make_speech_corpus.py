@@ -5,11 +5,14 @@ Default vocabulary: digit strings of --min-digits .. --max-digits digits. The tr
 With --transcript spoken the transcript is what is spoken ("four zero seven"): longer outputs, as in real speech
 (the corpus of configs/paraformer_numbers.yaml: 6-12 digits, transcribed as words). Another vocabulary can be given with
 --vocab FILE.json, an object mapping each transcript token to the words spoken for it (tokens are joined with --join,
-default "" for single characters).
+default "" for single characters). --phrases commands speaks short voice-assistant commands instead ("turn on the
+kitchen lights", "set a timer for five minutes": 296 phrases, 135 words, data/speech_corpus.py), --phrases FILE the
+phrases of a text file (one per line); the transcript is the phrase.
 
 Voices: an espeak-ng voice is an accent (en, en-us, en-gb-scotland, ...) plus a speaker variant (m1, f3, klatt, ...).
 Variants are split between train, val and test (separately for female and male variants), so test speakers are
-never heard in training; accents are shared. Per utterance, an accent, a rate (-s), a pitch (-p), a word gap (-g),
+never heard in training. Accents are shared unless --val-accents / --test-accents hold some out: those are spoken
+only in their split, never in training. Per utterance, an accent, a rate (-s), a pitch (-p), a word gap (-g),
 a gain, leading silence and white noise (SNR 20-35 dB) are drawn from a generator seeded by (seed, split, index), so
 the corpus is identical for a given seed whatever --jobs is.
 
@@ -19,6 +22,8 @@ joined to the next with a pause (data/word_timing.py); each manifest line then h
 
 Usage (from paraformer_asr/):
     python scripts/make_speech_corpus.py --out /path/to/speech --num-train 3000 --num-val 300 --num-test 300
+    python scripts/make_speech_corpus.py --out /path/to/commands --num-train 1600 --num-val 200 --num-test 300 \
+        --phrases commands --val-accents en-gb-x-gbcwmd --test-accents en-gb-scotland,en-029
 Writes OUT/wavs/<split>/<split>_NNNNNN.wav, OUT/train.jsonl, OUT/val.jsonl, OUT/test.jsonl, OUT/corpus.json.
 """
 
@@ -43,6 +48,7 @@ from tqdm import tqdm
 
 from paraformer_asr.data.resample import resample
 from paraformer_asr.data.audio import read_audio, write_audio
+from paraformer_asr.data.speech_corpus import load_phrases, parse_accent_list, phrase_vocabulary, split_accents
 from paraformer_asr.data.word_timing import draw_pauses, join_words
 from paraformer_asr.errors import DataError, UserError
 
@@ -103,6 +109,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--transcript", choices=("tokens", "spoken"), default="tokens",
                         help="tokens: the vocabulary's tokens joined with --join ('407'); "
                              "spoken: the spoken words ('four zero seven')")
+    parser.add_argument("--phrases", default=None,
+                        help="'commands': the built-in short command phrases; or a text file with one phrase per "
+                             "line. Each utterance speaks one phrase, its transcript (instead of digits)")
+    parser.add_argument("--val-accents", default=None,
+                        help="comma-separated accents spoken only in val, never in training (e.g. en-gb-x-gbcwmd)")
+    parser.add_argument("--test-accents", default=None,
+                        help="comma-separated accents spoken only in test, never in training "
+                             "(e.g. en-gb-scotland,en-029)")
     parser.add_argument("--word-times", action="store_true",
                         help="synthesise word by word, joined with pauses, and write each word's times into the "
                              "manifest (needs --transcript spoken)")
@@ -119,7 +133,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise UserError("nothing to generate: all of --num-train, --num-val, --num-test are 0")
     if not 1 <= args.min_digits <= args.max_digits:
         raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
-    if args.word_times and args.transcript != "spoken":
+    if args.phrases is not None and args.vocab is not None:
+        raise UserError("--phrases and --vocab exclude each other: the phrases are what is spoken")
+    if args.word_times and args.transcript != "spoken" and args.phrases is None:
         raise UserError("--word-times times the spoken words, so the transcript must be them: add --transcript spoken")
     if args.jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {args.jobs}")
@@ -180,22 +196,31 @@ def split_variants(
     return splits
 
 
-def plan_utterances(args: argparse.Namespace, vocabulary: dict[str, str], variants: dict[str, list[str]]):
-    """Every utterance's text and synthesis settings, a pure function of (seed, split, index)."""
+def plan_utterances(args: argparse.Namespace, vocabulary: dict[str, str], variants: dict[str, list[str]],
+                    accents: dict[str, list[str]] | None = None, phrases: list[str] | None = None):
+    """Every utterance's text and synthesis settings, a pure function of (seed, split, index).
+
+    accents: the accents each split draws from (default: all of ACCENTS everywhere); phrases: speak one of these
+    per utterance, transcribed as itself, instead of the vocabulary's tokens."""
     tokens = sorted(vocabulary)
+    accents = accents or {split: ACCENTS for split in SPLITS}
     plans = []
     for split_index, (split, count) in enumerate(zip(SPLITS, (args.num_train, args.num_val, args.num_test))):
         for index in range(count):
             rng = np.random.default_rng(np.random.SeedSequence([args.seed, split_index, index]))
-            length = int(rng.integers(args.min_digits, args.max_digits + 1))
-            chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
-            spoken = " ".join(vocabulary[token] for token in chosen)
+            if phrases is None:
+                length = int(rng.integers(args.min_digits, args.max_digits + 1))
+                chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
+                spoken = " ".join(vocabulary[token] for token in chosen)
+                text = spoken if args.transcript == "spoken" else args.join.join(chosen)
+            else:
+                spoken = text = phrases[int(rng.integers(0, len(phrases)))]
             variant = variants[split][int(rng.integers(0, len(variants[split])))]
-            accent = ACCENTS[int(rng.integers(0, len(ACCENTS)))]
+            accent = accents[split][int(rng.integers(0, len(accents[split])))]
             plans.append(UtterancePlan(
                 split=split,
                 index=index,
-                text=spoken if args.transcript == "spoken" else args.join.join(chosen),
+                text=text,
                 spoken=spoken,
                 voice=f"{accent}+{variant}",
                 variant=variant,
@@ -263,7 +288,10 @@ def generate(args: argparse.Namespace) -> dict:
         available(FEMALE_VARIANTS, data_folder), available(MALE_VARIANTS, data_folder), args.seed,
         args.val_voice_fraction, args.test_voice_fraction,
     )
-    plans = plan_utterances(args, vocabulary, variants)
+    accents = split_accents(ACCENTS, parse_accent_list(args.val_accents, "--val-accents", ACCENTS),
+                            parse_accent_list(args.test_accents, "--test-accents", ACCENTS))
+    phrases = load_phrases(args.phrases) if args.phrases is not None else None
+    plans = plan_utterances(args, vocabulary, variants, accents, phrases)
     for split in SPLITS:
         (args.out / "wavs" / split).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # the parallelism is across utterances
@@ -276,9 +304,12 @@ def generate(args: argparse.Namespace) -> dict:
         results = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
     durations = [duration for duration, _ in results]
     elapsed = time.perf_counter() - started
-    summary = {"seed": args.seed, "sample_rate": args.sample_rate, "vocabulary": vocabulary, "join": args.join,
-               "transcript": args.transcript, "word_times": args.word_times,
-               "min_tokens": args.min_digits, "max_tokens": args.max_digits, "accents": ACCENTS,
+    text_source = ({"phrases": args.phrases, "distinct_phrases": len(set(phrases)),
+                    "distinct_words": len(phrase_vocabulary(phrases))} if phrases is not None else
+                   {"vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
+                    "min_tokens": args.min_digits, "max_tokens": args.max_digits})
+    summary = {"seed": args.seed, "sample_rate": args.sample_rate, **text_source, "word_times": args.word_times,
+               "accents": ACCENTS,
                "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
     for split in SPLITS:
         chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
@@ -292,6 +323,8 @@ def generate(args: argparse.Namespace) -> dict:
             "mean_duration_s": round(seconds / len(chosen), 3) if chosen else 0.0,
             "variants": variants[split],
             "variants_used": sorted({plan.variant for plan in split_plans}),
+            "accents": accents[split],
+            "accents_used": sorted({plan.voice.split("+")[0] for plan in split_plans}),
         }
     summary["total_hours"] = round(sum(s["hours"] for s in summary["splits"].values()), 4)
     summary["example"] = asdict(plans[0])

@@ -1,0 +1,127 @@
+"""What the synthetic speech corpus says and in which accents (scripts/make_speech_corpus.py).
+
+Phrases: ``--phrases commands`` reads the built-in set of short voice-assistant commands made by a small template
+grammar (:func:`command_phrases`: rooms, devices, numbers, cities, people, actions; lowercase words, no
+punctuation); ``--phrases FILE`` reads one phrase per line (:func:`load_phrases`). Each utterance speaks one phrase
+drawn uniformly, and its transcript is the phrase.
+
+Accents: an espeak-ng voice is an accent plus a speaker variant. Speaker variants are always split between train,
+val and test; accents are shared unless some are held out (:func:`split_accents`): an accent given for val or test
+is spoken only in that split, never in training, so a model is chosen and tested on accents it has not heard.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+from paraformer_asr.errors import DataError
+
+BUILT_IN_PHRASES = "commands"
+
+_ROOMS = ["kitchen", "bedroom", "living room", "bathroom", "office", "hallway", "garage"]
+_SWITCHABLE = ["lights", "lamp", "fan", "heater", "radio", "television"]
+_OPENABLE = ["front door", "back door", "garage door", "windows", "blinds"]
+_NUMBERS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "twelve", "fifteen",
+            "twenty", "thirty", "forty", "sixty"]
+_TIME_UNITS = ["seconds", "minutes", "hours"]
+_WHEN = ["today", "tomorrow", "tonight", "this weekend"]
+_CITIES = ["paris", "london", "berlin", "tokyo", "madrid", "rome", "boston", "chicago", "toronto", "sydney", "dublin",
+           "oslo"]
+_PEOPLE = ["mom", "dad", "alice", "bob", "emma", "james", "sarah", "david", "olivia", "the doctor"]
+_GENRES = ["jazz", "rock music", "classical music", "the news"]
+_TASKS = ["buy milk", "water the plants", "take out the trash", "feed the cat"]
+_ITEMS = ["milk", "eggs", "bread", "apples", "coffee", "rice", "cheese"]
+_SHORT = ["stop", "pause the music", "resume the music", "turn up the volume", "turn down the volume",
+          "mute the television", "what time is it", "cancel the timer", "good night", "play the next song",
+          "how long is left on the timer"]
+
+
+def _expand(template: str, **slots: list[str]) -> list[str]:
+    """Every filling of ``template``'s ``{slot}`` fields with the given values, in order."""
+    names = sorted(slots)
+    return [template.format(**dict(zip(names, values))) for values in itertools.product(*(slots[n] for n in names))]
+
+
+def command_phrases() -> list[str]:
+    """The built-in command phrases: distinct, sorted, lowercase words separated by single spaces."""
+    phrases = [
+        *_expand("turn {state} the {room} {device}", state=["on", "off"], room=_ROOMS, device=_SWITCHABLE[:3]),
+        *_expand("switch {state} the {device} in the {room}", state=["on", "off"], device=_SWITCHABLE[3:],
+                 room=_ROOMS[:4]),
+        *_expand("{action} the {thing}", action=["open", "close"], thing=_OPENABLE),
+        *_expand("{action} the {door}", action=["lock", "unlock"], door=_OPENABLE[:3]),
+        *_expand("set a timer for {number} {unit}", number=_NUMBERS, unit=_TIME_UNITS),
+        *_expand("what is the weather {when} in {city}", when=_WHEN, city=_CITIES),
+        *_expand("set the {room} temperature to {number} degrees", room=_ROOMS[:4], number=_NUMBERS[-6:-1]),
+        *_expand("dim the {room} lights to {number} percent", room=_ROOMS[:4], number=_NUMBERS[-4:]),
+        *_expand("{verb} {person}", verb=["call", "send a message to"], person=_PEOPLE),
+        *_expand("play {genre} in the {room}", genre=_GENRES, room=_ROOMS[:3]),
+        *_expand("remind me to {task} {when}", task=_TASKS, when=_WHEN[:3]),
+        *_expand("add {item} to the shopping list", item=_ITEMS),
+        *_expand("how long does it take to drive to {city}", city=_CITIES[:8]),
+        *_expand("what time is it in {city}", city=_CITIES),
+        *_SHORT,
+    ]
+    return sorted(set(phrases))
+
+
+def normalise_phrase(text: str) -> str:
+    """Runs of whitespace -> one space, no leading or trailing space."""
+    return " ".join(text.split())
+
+
+def load_phrases(spec: str) -> list[str]:
+    """``commands`` -> :func:`command_phrases`; otherwise ``spec`` is a UTF-8 text file with one phrase per line
+    (blank lines skipped, spacing normalised, duplicates kept: they weight the draw). DataError names the file."""
+    if spec == BUILT_IN_PHRASES:
+        return command_phrases()
+    path = Path(spec)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cannot read phrase file {path}: {err} (give a text file with one phrase per line, or "
+                        f"'{BUILT_IN_PHRASES}' for the built-in command phrases)") from None
+    phrases = [normalise_phrase(line) for line in lines if line.strip()]
+    if not phrases:
+        raise DataError(f"phrase file {path} holds no phrase (one phrase per line)")
+    return phrases
+
+
+def parse_accent_list(text: str | None, option: str, known: list[str]) -> list[str]:
+    """'en-029,en-gb-scotland' -> ['en-029', 'en-gb-scotland'], each checked against ``known``; None -> []."""
+    if text is None:
+        return []
+    accents = [name.strip() for name in text.split(",") if name.strip()]
+    if not accents:
+        raise DataError(f"{option} needs at least one accent, got {text!r}")
+    unknown = [name for name in accents if name not in known]
+    if unknown:
+        raise DataError(f"{option}: unknown accent(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    if len(set(accents)) != len(accents):
+        raise DataError(f"{option} names an accent twice: {text!r}")
+    return accents
+
+
+def split_accents(accents: list[str], val_accents: list[str], test_accents: list[str]) -> dict[str, list[str]]:
+    """The accents each split draws from. Held-out val / test accents are spoken only in their split; the others
+    are spoken in training and, where a split holds none out, in that split too. Keeps ``accents``' order."""
+    overlap = sorted(set(val_accents) & set(test_accents))
+    if overlap:
+        raise DataError(f"an accent cannot be held out for both val and test: {', '.join(overlap)}")
+    held_out = set(val_accents) | set(test_accents)
+    train = [name for name in accents if name not in held_out]
+    if not train:
+        raise DataError("every accent is held out for val or test: training needs at least one")
+    return {
+        "train": train,
+        "val": [name for name in accents if name in val_accents] if val_accents else train,
+        "test": [name for name in accents if name in test_accents] if test_accents else train,
+    }
+
+
+def phrase_vocabulary(phrases: list[str]) -> list[str]:
+    """The distinct words of ``phrases``, sorted."""
+    return sorted({word for phrase in phrases for word in phrase.split()})
+
