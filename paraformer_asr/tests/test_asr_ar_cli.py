@@ -22,6 +22,7 @@ def run_script(name, *args, cwd, check=True):
     return result
 
 
+@pytest.mark.slow
 def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     raw = tiny_raw_config()
     raw["train"].update({"epochs": 1, "max_steps": 6})

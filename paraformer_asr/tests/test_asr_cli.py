@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
@@ -24,6 +25,7 @@ def run_script(name, *args, cwd, check=True):
     return result
 
 
+@pytest.mark.slow
 def test_train_eval_infer_produce_every_promised_file(tmp_path):
     raw = tiny_raw_config()
     raw["train"].update({"epochs": 10, "max_steps": 40})
@@ -83,6 +85,7 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     assert result.returncode == 2 and "exactly one input" in result.stderr
 
 
+@pytest.mark.slow
 def test_scripts_report_user_errors_with_exit_2_and_no_traceback(tmp_path):
     result = run_script("train.py", "--config", "nope.yaml", cwd=tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == "error: config file not found: nope.yaml"
