@@ -8,6 +8,8 @@ import json
 import math
 import random
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,6 +17,16 @@ from pathlib import Path
 import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
+
+
+def run_script(name: str, *args, cwd, check: bool = True) -> subprocess.CompletedProcess:
+    """scripts/<name> in a subprocess from ``cwd`` (CI=1: no progress bars); AssertionError with its stderr when
+    ``check`` and it fails."""
+    result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
+                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
 
 
 def load_script(name: str):

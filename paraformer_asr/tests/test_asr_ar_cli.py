@@ -3,8 +3,6 @@ on its checkpoint, and the shipped AR configs."""
 
 import csv
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,14 +10,7 @@ import yaml
 
 from paraformer_asr.config import load_config
 
-from asr_helpers import PROJECT, tiny_raw_config
-
-
-def run_script(name, *args, cwd, check=True):
-    result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
-                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
-    assert not check or result.returncode == 0, f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}"
-    return result
+from asr_helpers import PROJECT, run_script, tiny_raw_config
 
 
 @pytest.mark.slow

@@ -2,27 +2,17 @@
 
 import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import yaml
 
-from asr_helpers import PROJECT, tiny_raw_config
+from asr_helpers import run_script, tiny_raw_config
 
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
                    "val_token_accuracy", "val_sequence_accuracy", "lr", "epoch_seconds"]
 SCORE_KEYS = {"cer", "wer", "token_accuracy", "sequence_accuracy", "length_accuracy", "num_utterances", "rtf"}
-
-
-def run_script(name, *args, cwd, check=True):
-    result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
-                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
 
 
 @pytest.mark.slow

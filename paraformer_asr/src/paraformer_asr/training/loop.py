@@ -142,9 +142,7 @@ class Trainer:
             compile_stacks(self.model, train_cfg.compile_backend)
         self.loss_module: torch.nn.Module = LossModule(self.model)
         if self.ctx.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
-            self.loss_module = DistributedDataParallel(
+            self.loss_module = torch.nn.parallel.DistributedDataParallel(
                 self.loss_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=True)  # e.g. the glancing embeddings when nothing is replaced
             torch.manual_seed(cfg.run.seed + 1000 * self.ctx.rank)  # different dropout per rank
