@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.cli import run_main
+from paraformer_asr.training.averaging import average_checkpoints, kept_best_checkpoints
+from paraformer_asr.training.checkpointing import save_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,9 +22,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--best", type=int, required=True, help="how many of the best checkpoints to average")
     parser.add_argument("--out", required=True, help="where to write the averaged checkpoint (.pt)")
     args = parser.parse_args(argv)
-    from paraformer_asr.training.averaging import average_checkpoints, kept_best_checkpoints
-    from paraformer_asr.training.checkpointing import save_checkpoint
-
     payload = average_checkpoints(kept_best_checkpoints(args.run, args.best))
     save_checkpoint(payload, args.out)
     for source in payload["averaged_from"]:

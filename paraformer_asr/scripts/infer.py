@@ -22,10 +22,12 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import add_long_form_arguments, long_form_options, progress_bar_wanted, run_main  # noqa: E402
-from paraformer_asr.errors import ConfigError  # noqa: E402
+from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main, window_bar
+from paraformer_asr.decode.subtitles import format_srt, group_cues
+from paraformer_asr.errors import ConfigError
+from paraformer_asr.inference import load_trained_model
+from paraformer_asr.runtime import apply_num_threads, resolve_device
+from paraformer_asr.transcribe import transcribe_inputs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,57 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.srt and len(args.inputs) + (args.toy_count if args.toy_split else 0) != 1:
         raise ConfigError("--srt writes the subtitles of one recording: give exactly one input")
 
-    import torch
-
-    from paraformer_asr.data.batching import Collator
-    from paraformer_asr.data.toy import ToySeq2SeqDataset
-    from paraformer_asr.decode.longform import transcribe_long
-    from paraformer_asr.decode.search import require_timestamps, transcribe_batches
-    from paraformer_asr.decode.subtitles import format_srt, group_cues
-    from paraformer_asr.decode.timestamps import frame_clock, token_entries, word_times
-    from paraformer_asr.inference import features_from_file, load_trained_model
-    from paraformer_asr.training.evaluation import resolve_device
-    from paraformer_asr.training.loop import apply_num_threads
-
     device = resolve_device(args.device)
     loaded = load_trained_model(args.checkpoint, device)
     apply_num_threads(loaded.cfg.run.num_threads)
-    timed = args.timestamps or bool(args.srt)
-    if timed:
-        require_timestamps(loaded.model)
-    results: dict[int, dict] = {}  # input index -> {"audio", "text", "tokens", "words"}
-    items, item_indices = [], []
-    for index, name in enumerate(args.inputs):
-        path = Path(name)
-        if is_long_audio(path, loaded, options.chunk_seconds):
-            long = transcribe_long(loaded, path, device, options, method=args.decode, beam_size=args.beam_size,
-                                   progress=window_bar(name))
-            results[index] = {"audio": name, "text": long.text, "tokens": long.tokens, "words": long.words}
-            continue
-        features, duration = features_from_file(path, loaded)
-        items.append({"id": name, "features": features, "tokens": torch.zeros(0, dtype=torch.long), "text": "",
-                      "duration_s": duration})
-        item_indices.append(index)
-    if args.toy_split:
-        if loaded.cfg.data.kind != "toy":
-            raise ConfigError("--toy-split needs a checkpoint trained on toy data")
-        toy = ToySeq2SeqDataset.from_config(loaded.cfg.data.toy, args.toy_split, loaded.tokenizer)
-        toy_items = [toy[i] for i in range(min(args.toy_count, len(toy)))]
-        item_indices += range(len(args.inputs), len(args.inputs) + len(toy_items))
-        items += toy_items
-    collate = Collator(loaded.tokenizer.pad_id)
-    batches = (collate(items[i:i + args.batch_size]) for i in range(0, len(items), args.batch_size))
-    clock = frame_clock(loaded.cfg) if timed else None
-    transcripts, _ = transcribe_batches(loaded.model, batches, device, args.decode, args.beam_size, clock=clock)
-    for index, transcript in zip(item_indices, transcripts):
-        result = {"audio": transcript.id, "text": loaded.tokenizer.decode(transcript.hyp_tokens)}
-        if timed:
-            pieces = loaded.tokenizer.pieces(transcript.hyp_tokens)
-            result.update(tokens=token_entries(pieces, transcript.token_times),
-                          words=word_times(pieces, transcript.token_times))
-        results[index] = result
-    for index in sorted(results):
-        result = results[index]
+    results = transcribe_inputs(loaded, device, args.inputs, options, args.toy_split, args.toy_count, args.decode,
+                                args.beam_size, args.batch_size, timed=args.timestamps or bool(args.srt),
+                                window_progress=window_bar)
+    for result in results:
         if args.timestamps:
             print(json.dumps(result))
         else:
@@ -111,33 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.srt).parent.mkdir(parents=True, exist_ok=True)
             Path(args.srt).write_text(format_srt(group_cues(result["words"])), encoding="utf-8")
     return 0
-
-
-def is_long_audio(path: Path, loaded, chunk_seconds: float) -> bool:
-    """An audio input (not a feature file) of an audio checkpoint whose header says it is longer than
-    ``chunk_seconds``."""
-    from paraformer_asr.data.audio import audio_info
-
-    if path.suffix.lower() in (".npy", ".pt") or loaded.cfg.data.kind != "manifest" or not path.is_file():
-        return False
-    return audio_info(path).duration_s > chunk_seconds
-
-
-def window_bar(name: str):
-    """A tqdm bar over a long recording's windows on an interactive terminal, else None."""
-    if not progress_bar_wanted():
-        return None
-    from tqdm import tqdm
-
-    bar = tqdm(desc=name, unit="window", leave=False)
-
-    def report(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-        if done == total:
-            bar.close()
-
-    return report
 
 
 if __name__ == "__main__":

@@ -23,11 +23,9 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import run_main  # noqa: E402
-from paraformer_asr.errors import ConfigError  # noqa: E402
-from paraformer_asr.serving.load_test import (load_payloads, long_upload_markdown, loopback_address,  # noqa: E402
+from paraformer_asr.cli import run_main
+from paraformer_asr.errors import ConfigError
+from paraformer_asr.serving.load_test import (load_payloads, long_upload_markdown, loopback_address,
                                               markdown_table, run_load_test, run_long_upload_scenario,
                                               scenario_succeeded)
 

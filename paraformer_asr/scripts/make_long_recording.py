@@ -20,10 +20,8 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import run_main  # noqa: E402
-from paraformer_asr.errors import ConfigError  # noqa: E402
+from paraformer_asr.cli import run_main
+from paraformer_asr.errors import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:

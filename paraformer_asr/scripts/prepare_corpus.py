@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import run_main  # noqa: E402
+from paraformer_asr.cli import run_main
+from paraformer_asr.data.corpora import prepare_kaldi, prepare_librispeech
+from paraformer_asr.training.run_folder import setup_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,10 +31,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-bad", action="store_true",
                         help="leave out utterances whose audio is missing or unreadable (counted in the summary)")
     args = parser.parse_args(argv)
-
-    from paraformer_asr.data.corpora import prepare_kaldi, prepare_librispeech
-    from paraformer_asr.training.run_folder import setup_logging
-
     setup_logging(None)
     prepare = prepare_librispeech if args.layout == "librispeech" else prepare_kaldi
     for summary in prepare(args.src, args.out, skip_bad=args.skip_bad):

@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main  # noqa: E402
-from paraformer_asr.errors import ConfigError  # noqa: E402
+from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main
+from paraformer_asr.errors import ConfigError
+from paraformer_asr.inference import load_trained_model
+from paraformer_asr.runtime import apply_num_threads, resolve_device
+from paraformer_asr.serving.settings import ServeSettings
 
 SERVE_MODULES = ("fastapi", "uvicorn", "python_multipart")
 
@@ -60,11 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from paraformer_asr.inference import load_trained_model
-    from paraformer_asr.serving.app import create_app
-    from paraformer_asr.serving.settings import ServeSettings
-    from paraformer_asr.training.evaluation import resolve_device
-    from paraformer_asr.training.loop import apply_num_threads
+    from paraformer_asr.serving.app import create_app  # the optional 'serve' extra: imported once it is known
 
     settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
                              max_audio_seconds=args.max_audio_seconds, max_batch_size=args.max_batch_size,

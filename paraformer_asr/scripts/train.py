@@ -10,13 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from paraformer_asr.cli import run_main  # noqa: E402
-from paraformer_asr.config import load_config  # noqa: E402
-from paraformer_asr.errors import ConfigError  # noqa: E402
+from paraformer_asr.cli import run_main
+from paraformer_asr.config import load_config
+from paraformer_asr.errors import ConfigError
+from paraformer_asr.training.loop import TrainingInterrupted, train
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,8 +24,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a config value (parsed as YAML); repeatable")
     parser.add_argument("--resume", help="run folder or checkpoint to continue exactly where it stopped")
     args = parser.parse_args(argv)
-    from paraformer_asr.training.loop import TrainingInterrupted, train
-
     if args.resume:
         if args.config or args.overrides:
             raise ConfigError("--resume continues with the run's own config; do not combine it with --config/--set")

@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import math
 import random
+import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import torch
 
 PROJECT = Path(__file__).resolve().parents[1]
+
+
+def run_script(name: str, *args, cwd, check: bool = True) -> subprocess.CompletedProcess:
+    """scripts/<name> in a subprocess from ``cwd`` (CI=1: no progress bars); AssertionError with its stderr when
+    ``check`` and it fails."""
+    result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
+                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module (its ``main`` and helpers), without running it."""
+    spec = importlib.util.spec_from_file_location(f"asr_script_{name}", PROJECT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_raw_config(output_dir: str = "runs") -> dict:
@@ -70,6 +95,40 @@ def speech_like(seconds: float, seed: int, rate: int = SPEECH_RATE) -> torch.Ten
     return torch.cat(parts)[:round(seconds * rate)]
 
 
+def tiny_audio_config(manifest: Path, output_dir: Path, name: str, epochs: int) -> dict:
+    """A config mapping for a tiny Paraformer on 20 log-mels that trains and validates on ``manifest``."""
+    return {
+        "run": {"name": name, "output_dir": str(output_dir), "seed": 0, "num_threads": 1},
+        "data": {"kind": "manifest", "train_manifest": str(manifest), "val_manifest": str(manifest), "n_mels": 20},
+        "model": {"d_model": 32, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
+                  "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0},
+        "train": {"epochs": epochs, "batch_size": 4, "eval_batch_size": 8, "lr": 0.003, "warmup_steps": 2,
+                  "log_every": 50, "plot_utterances": 0},
+    }
+
+
+@contextlib.contextmanager
+def served(app, wait_s: float = 60.0):
+    """``app`` under uvicorn on a free 127.0.0.1 port in a background thread; yields its base URL, stops it after."""
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + wait_s
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(wait_s)
+
+
 def train_tone_checkpoint(folder: Path) -> Path:
     """A tiny Paraformer trained for one epoch on word-like tone bursts (transcripts with spaces between words);
     -> its last.pt. Enough to run long-form decoding and the service, not to be accurate."""
@@ -82,13 +141,5 @@ def train_tone_checkpoint(folder: Path) -> Path:
         write_audio(folder / f"u{index}.wav", speech_like(1.5, 10 + index), SPEECH_RATE)
         lines.append(json.dumps({"audio": f"u{index}.wav", "text": ["12 3", "4 56", "7 8 9", "10"][index % 4]}))
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
-    cfg = config_from_dict({
-        "run": {"name": "tones", "output_dir": str(folder / "runs"), "seed": 0, "num_threads": 1},
-        "data": {"kind": "manifest", "train_manifest": str(folder / "train.jsonl"),
-                 "val_manifest": str(folder / "train.jsonl"), "n_mels": 20},
-        "model": {"d_model": 32, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
-                  "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0},
-        "train": {"epochs": 1, "batch_size": 4, "eval_batch_size": 8, "lr": 0.003, "warmup_steps": 2,
-                  "log_every": 50, "plot_utterances": 0},
-    })
+    cfg = config_from_dict(tiny_audio_config(folder / "train.jsonl", folder / "runs", "tones", epochs=1))
     return train(cfg) / "checkpoints" / "last.pt"

@@ -4,8 +4,6 @@ on its checkpoint, and the shipped AR configs."""
 import csv
 import dataclasses
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -13,16 +11,10 @@ import yaml
 
 from paraformer_asr.config import load_config
 
-from asr_helpers import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, run_script, tiny_raw_config
 
 
-def run_script(name, *args, cwd, check=True):
-    result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
-                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
-    assert not check or result.returncode == 0, f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}"
-    return result
-
-
+@pytest.mark.slow
 def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     raw = tiny_raw_config()
     raw["train"].update({"epochs": 1, "max_steps": 6})

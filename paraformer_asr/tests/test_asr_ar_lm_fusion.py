@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from paraformer_asr.data.tokenizer import CharTokenizer
-from paraformer_asr.decode.lm_fusion import build_char_lm, fused_posterior_beam_search, lm_beam_search
+from paraformer_asr.decode.lm_fusion import build_char_lm, fused_posterior_beam_search
 from paraformer_asr.decode.ngram_lm import CharNgramLM
 
 from asr_helpers import tiny_model
@@ -59,17 +59,17 @@ def test_a_positive_lm_weight_moves_the_result_toward_the_lm():
 
 
 @pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
-def test_lm_beam_search_with_weight_zero_equals_the_models_own_beam_search(model_type):
+def test_fused_beam_search_with_weight_zero_equals_the_models_own_beam_search(model_type):
     _, data, model = tiny_model(model_type)
     from paraformer_asr.data.batching import Collator
 
     batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(4)])
     lm = build_char_lm(data.train.texts(), data.tokenizer, order=3)
     plain = model.beam_search(batch.features, batch.feat_mask, 3)
-    zero = lm_beam_search(model, batch.features, batch.feat_mask, 3, lm, lm_weight=0.0)
+    zero = model.beam_search(batch.features, batch.feat_mask, 3, lm=lm, lm_weight=0.0)
     for got, expected in zip(zero, plain):
         assert torch.equal(got, expected)
-    fused = lm_beam_search(model, batch.features, batch.feat_mask, 3, lm, lm_weight=0.5)
+    fused = model.beam_search(batch.features, batch.feat_mask, 3, lm=lm, lm_weight=0.5)
     assert [t.shape[:2] for t in fused[::2]] == [(4, 3), (4, 3)] and fused[1].shape == (4, 3)
     assert bool(torch.isfinite(fused[1][:, 0]).all()) and bool((fused[1][:, :-1] >= fused[1][:, 1:]).all())
 

@@ -9,16 +9,20 @@ from pathlib import Path
 
 import pytest
 
+from paraformer_asr.data import espeak_corpus
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.audio import read_audio
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
+
+from asr_helpers import load_script
 
 
 def run_script(*args, env=None):
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)")
 def test_tiny_corpus_is_valid_and_split_by_voice(tmp_path):
     out = tmp_path / "speech"
@@ -44,6 +48,7 @@ def test_tiny_corpus_is_valid_and_split_by_voice(tmp_path):
     assert not any(name.startswith("espeak_") for name in os.listdir(out))  # scratch folder removed
 
 
+@pytest.mark.slow
 def test_bad_arguments_and_missing_espeak_exit_2(tmp_path):
     result = run_script("--out", str(tmp_path), "--min-digits", "0")
     assert result.returncode == 2 and "error: need 1 <= --min-digits" in result.stderr
@@ -52,28 +57,18 @@ def test_bad_arguments_and_missing_espeak_exit_2(tmp_path):
     assert result.returncode == 2 and "apt-get install espeak-ng" in result.stderr
 
 
-def _corpus_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("asr_corpus_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("transcript", ["tokens", "spoken"])
 def test_transcript_is_the_digit_string_or_the_spoken_words(tmp_path, transcript):
-    script = _corpus_script()
+    script = load_script("make_speech_corpus")
     args = script.parse_args(["--out", str(tmp_path), "--num-train", "5", "--num-val", "0", "--num-test", "0",
                               "--min-digits", "6", "--max-digits", "12", "--transcript", transcript])
     variants = {"train": ["m1"], "val": ["f1"], "test": ["m2"]}
-    plans = script.plan_utterances(args, script.load_vocabulary(None), variants)
+    plans = espeak_corpus.plan_utterances(args, espeak_corpus.load_vocabulary(None), variants)
     assert len(plans) == 5
     for plan in plans:
         words = plan.spoken.split(" ")
-        assert 6 <= len(words) <= 12 and set(words) <= set(script.DIGIT_WORDS.values())
-        digits = "".join({word: digit for digit, word in script.DIGIT_WORDS.items()}[w] for w in words)
+        assert 6 <= len(words) <= 12 and set(words) <= set(espeak_corpus.DIGIT_WORDS.values())
+        digits = "".join({word: digit for digit, word in espeak_corpus.DIGIT_WORDS.items()}[w] for w in words)
         assert plan.text == (plan.spoken if transcript == "spoken" else digits)
 
 

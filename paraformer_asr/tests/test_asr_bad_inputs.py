@@ -2,7 +2,6 @@
 
 (Transcripts with characters outside a checkpoint's vocabulary are covered in test_asr_manifest_pipeline.py.)"""
 
-import importlib.util
 import json
 
 import numpy as np
@@ -13,14 +12,7 @@ from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.training.loop import train
 
-from asr_helpers import PROJECT, tiny_raw_config
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(f"asr_bad_{name}", PROJECT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from asr_helpers import load_script, tiny_raw_config
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +61,7 @@ CASES = [
 @pytest.mark.parametrize("name, script, args, message", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gives_clear_error_and_exit_2(workspace, capsys, name, script, args, message):
     root, run_dir = workspace
-    code = run_main(_script(script).main, args(root, run_dir))
+    code = run_main(load_script(script).main, args(root, run_dir))
     err = capsys.readouterr().err
     assert code == 2, err
     assert err.startswith("error: ") and message in err and "Traceback" not in err

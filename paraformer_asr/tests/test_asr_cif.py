@@ -1,13 +1,11 @@
-"""CIF: the vectorised integrator equals the plain loop, fires exactly N tokens when scaled, and the
-predictor's helper interface (positions, alignment targets)."""
+"""CIF: the vectorised integrator equals the plain loop, fires exactly N tokens when scaled."""
 
 import pytest
 import torch
 
-from asr_reference import loop_cif
+from paraformer_asr.benchmark import loop_cif
 from paraformer_asr.checks import lengths_to_mask
-from paraformer_asr.models.cif import (CifPredictor, cif_integrate, extract_token_positions, generate_alignment_targets,
-                                       inference_token_count)
+from paraformer_asr.models.cif import CifPredictor, cif_integrate, inference_token_count
 
 
 def _random_case(seed: int, batch=5, frames=60, dim=8, scale=0.9):
@@ -70,17 +68,3 @@ def test_predictor_scales_to_target_length_and_gradients_flow():
     assert torch.allclose(cif.alpha_sum, cif.alphas.sum(1))
     cif.embeddings.sum().backward()
     assert hidden.grad is not None and all(p.grad is not None for p in pred.parameters())
-
-
-def test_extract_token_positions_and_alignment_targets():
-    alphas = torch.tensor([[0.5, 0.5, 0.5, 0.5, 0.3, 0.0], [0.9, 0.2, 0.0, 0.0, 0.0, 0.0]])
-    mask = alphas > 0
-    positions = extract_token_positions(alphas.unsqueeze(-1), mask)
-    assert positions == [[1, 3], [1]]
-    boundary = generate_alignment_targets([[1, 3], [0, 2]], 5, "boundary")
-    assert boundary.tolist() == [[0, 1, 0, 1, 0], [1, 0, 1, 0, 0]]
-    gaussian = generate_alignment_targets([[1, 3], []], 5, "gaussian", sigma=1.0)
-    assert gaussian.shape == (2, 5) and float(gaussian[0, 1]) == 1.0 and float(gaussian[1].sum()) == 0.0
-    assert 0.0 < float(gaussian[0, 2]) < 1.0
-    with pytest.raises(ValueError):
-        generate_alignment_targets([[9]], 5)

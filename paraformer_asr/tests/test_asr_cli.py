@@ -2,28 +2,20 @@
 
 import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
-from asr_helpers import PROJECT, tiny_raw_config
+from asr_helpers import run_script, tiny_raw_config
 
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
                    "val_token_accuracy", "val_sequence_accuracy", "lr", "epoch_seconds"]
 SCORE_KEYS = {"cer", "wer", "token_accuracy", "sequence_accuracy", "length_accuracy", "num_utterances", "rtf"}
 
 
-def run_script(name, *args, cwd, check=True):
-    result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
-                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
-
-
+@pytest.mark.slow
 def test_train_eval_infer_produce_every_promised_file(tmp_path):
     raw = tiny_raw_config()
     raw["train"].update({"epochs": 10, "max_steps": 40})
@@ -83,6 +75,7 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     assert result.returncode == 2 and "exactly one input" in result.stderr
 
 
+@pytest.mark.slow
 def test_scripts_report_user_errors_with_exit_2_and_no_traceback(tmp_path):
     result = run_script("train.py", "--config", "nope.yaml", cwd=tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == "error: config file not found: nope.yaml"

@@ -5,7 +5,7 @@ from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict, load_config
 from paraformer_asr.errors import ConfigError
 
-from asr_helpers import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, load_script, tiny_raw_config
 
 
 def test_shipped_configs_load():
@@ -48,11 +48,7 @@ def test_bad_config_raises_config_error_naming_the_key(raw, message):
 
 
 def test_train_script_reports_bad_config_with_exit_2(tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("asr_train_script", PROJECT / "scripts" / "train.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("train")
     raw = tiny_raw_config(str(tmp_path / "runs"))
     raw["train"]["lr"] = -1.0
     path = tmp_path / "bad.yaml"

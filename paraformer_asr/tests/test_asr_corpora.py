@@ -1,6 +1,5 @@
 """scripts/prepare_corpus.py and data/corpora.py on small LibriSpeech- and Kaldi-layout corpora made here."""
 
-import importlib.util
 import json
 
 import pytest
@@ -14,7 +13,7 @@ from paraformer_asr.data.manifest import ManifestDataset, read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.errors import DataError
 
-from asr_helpers import PROJECT
+from asr_helpers import load_script
 
 RATE = 16000
 
@@ -173,9 +172,7 @@ def test_kaldi_problems_by_utterance_are_listed_or_skipped(tmp_path):
 
 
 def test_prepare_corpus_script(librispeech, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("asr_prepare_corpus", PROJECT / "scripts" / "prepare_corpus.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("prepare_corpus")
     assert run_main(script.main, ["librispeech", str(librispeech), "--out", str(tmp_path / "m")]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["utterances"] for line in lines] == [1, 5]

@@ -22,7 +22,7 @@ def test_toy_items_follow_the_contract(tiny_cfg, tiny_data):
         assert int(durations.min()) >= toy.min_frames_per_token and int(durations.max()) <= toy.max_frames_per_token
         assert item["duration_s"] == features.shape[0] * 0.01
         assert all(a != b for a, b in zip(item["text"], item["text"][1:]))  # no character twice in a row
-    assert tiny_data.train.lengths()[:10] == [tiny_data.train[i]["features"].shape[0] for i in range(10)]
+    assert tiny_data.train.frame_counts()[:10] == [tiny_data.train[i]["features"].shape[0] for i in range(10)]
 
 
 def test_toy_item_is_a_pure_function_of_seed_and_index(tiny_cfg, tiny_data):

@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import torch
 import yaml
 
@@ -21,6 +22,7 @@ def _train(tmp_path, launcher, batch_size, output_dir):
     return run_dir, result.stderr
 
 
+@pytest.mark.slow
 def test_two_process_training_matches_single_process(tmp_path):
     raw = tiny_raw_config()
     raw["train"].update({"epochs": 1, "plot_utterances": 0})

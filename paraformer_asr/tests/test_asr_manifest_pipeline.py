@@ -6,7 +6,6 @@ log-mel front end, normaliser stored in the checkpoint, tokenizer from the train
 real.
 """
 
-import importlib.util
 import json
 import math
 import shutil
@@ -21,17 +20,10 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import write_audio
 from paraformer_asr.training.loop import Trainer, TrainingInterrupted, train
 
-from asr_helpers import PROJECT
+from asr_helpers import load_script
 
 TONES = {"a": 300.0, "b": 600.0, "c": 900.0}
 RATE = 8000
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(f"asr_{name}_script", PROJECT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _speech(text):
@@ -72,28 +64,28 @@ def test_manifest_training_eval_and_wav_inference(tmp_path, capsys, monkeypatch)
     assert state["tokenizer"]["symbols"][-3:] == ["a", "b", "c"]
     assert (run_dir / "tokenizer.json").is_file() and not (run_dir / "tokenizer.model").exists()
 
-    assert run_main(_script("eval").main, ["--checkpoint", str(run_dir), "--manifest", str(manifest),
+    assert run_main(load_script("eval").main, ["--checkpoint", str(run_dir), "--manifest", str(manifest),
                                            "--out", "scores.json"]) == 0
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert scores["num_utterances"] == 8 and scores["rtf"] > 0 and scores["dataset"] == str(manifest)
     capsys.readouterr()
 
-    assert run_main(_script("infer").main, ["--checkpoint", str(run_dir), str(corpus / "utt0.wav"),
+    assert run_main(load_script("infer").main, ["--checkpoint", str(run_dir), str(corpus / "utt0.wav"),
                                             str(corpus / "utt1.wav")]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
 
     other = tmp_path / "other"
     other.mkdir()
     (other / "list.jsonl").write_text(json.dumps({"audio": "../corpus/utt0.wav", "text": "xyz"}) + "\n")
-    assert run_main(_script("eval").main, ["--checkpoint", str(run_dir), "--manifest",
+    assert run_main(load_script("eval").main, ["--checkpoint", str(run_dir), "--manifest",
                                            str(other / "list.jsonl")]) == 2
     assert "missing from the model's vocabulary" in capsys.readouterr().err
 
 
-def _run_script(name, *args, capsys):
+def _runload_script(name, *args, capsys):
     """Run scripts/<name>.py's main in this process; its stdout."""
     capsys.readouterr()
-    code = run_main(_script(name).main, [str(arg) for arg in args])
+    code = run_main(load_script(name).main, [str(arg) for arg in args])
     captured = capsys.readouterr()
     assert code == 0, captured.err[-3000:]
     return captured.out
@@ -111,7 +103,7 @@ def test_bpe_run_on_flac_is_read_by_eval_and_infer_from_the_checkpoint_alone(tmp
     raw["model"]["ctc_weight"] = 0.3
     raw["train"].update({"max_steps": 3, "num_workers": 1})
     (tmp_path / "bpe.yaml").write_text(yaml.safe_dump(raw))
-    run_dir = tmp_path / _run_script("train", "--config", "bpe.yaml", capsys=capsys).strip().splitlines()[-1]
+    run_dir = tmp_path / _runload_script("train", "--config", "bpe.yaml", capsys=capsys).strip().splitlines()[-1]
 
     stored = json.loads((run_dir / "tokenizer.json").read_text())
     assert stored["type"] == "bpe" and stored["with_blank"] and stored["vocab_size"] <= 14
@@ -121,7 +113,7 @@ def test_bpe_run_on_flac_is_read_by_eval_and_infer_from_the_checkpoint_alone(tmp
     assert state["tokenizer"] == stored and state["config"]["data"]["speed_perturb"] == [0.9, 1.0, 1.1]
     assert state["model"]["decoder.output.weight"].shape[0] == stored["vocab_size"]
 
-    fused = json.loads(_run_script("eval", "--checkpoint", run_dir, "--decode", "beam", "--lm-order", "2",
+    fused = json.loads(_runload_script("eval", "--checkpoint", run_dir, "--decode", "beam", "--lm-order", "2",
                                    "--manifest", manifest, capsys=capsys))
     assert fused["num_utterances"] == 8 and fused["lm_order"] == 2
 
@@ -129,11 +121,11 @@ def test_bpe_run_on_flac_is_read_by_eval_and_infer_from_the_checkpoint_alone(tmp
     shutil.copy(run_dir / "checkpoints" / "best.pt", alone)
     shutil.rmtree(run_dir)
     manifest.rename(corpus / "moved.jsonl")  # no run folder, no training transcripts left
-    scores = json.loads(_run_script("eval", "--checkpoint", alone, "--manifest", corpus / "moved.jsonl",
+    scores = json.loads(_runload_script("eval", "--checkpoint", alone, "--manifest", corpus / "moved.jsonl",
                                     capsys=capsys))
     assert scores["num_utterances"] == 8 and 0 <= scores["cer"]
     write_audio(corpus / "extra.ogg", _speech("ab ba"), RATE)
-    lines = _run_script("infer", "--checkpoint", alone, "--with-ids", corpus / "utt0.flac", corpus / "extra.ogg",
+    lines = _runload_script("infer", "--checkpoint", alone, "--with-ids", corpus / "utt0.flac", corpus / "extra.ogg",
                         capsys=capsys).splitlines()
     assert [line.split("\t")[0] for line in lines] == [str(corpus / "utt0.flac"), str(corpus / "extra.ogg")]
 

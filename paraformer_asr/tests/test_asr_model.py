@@ -1,12 +1,13 @@
-"""The full Paraformer: loss terms, gradients, glancing, decoding contracts, overfitting one batch."""
+"""The full Paraformer: loss terms, gradients, glancing, decoding contracts; every model type overfits one batch."""
 
 import itertools
 
+import pytest
 import torch
 
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
-from paraformer_asr.decode import beam_search, factorized_beam_search, greedy_decode
+from paraformer_asr.decode import factorized_beam_search
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.glancing import glancing_mix
 
@@ -51,13 +52,13 @@ def test_glancing_replaces_round_ratio_times_wrong_count():
 def test_decoding_contracts(tiny_cfg, tiny_data, tiny_batch):
     torch.manual_seed(0)
     model = build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).eval()
-    tokens, lengths = greedy_decode(model, tiny_batch.features, tiny_batch.feat_mask)
+    tokens, lengths = model.greedy_decode(tiny_batch.features, tiny_batch.feat_mask)
     assert tokens.dtype == torch.long and tokens.shape == (6, int(lengths.max()))
-    beams, scores, beam_lengths = beam_search(model, tiny_batch.features, tiny_batch.feat_mask, beam_size=3)
+    beams, scores, beam_lengths = model.beam_search(tiny_batch.features, tiny_batch.feat_mask, beam_size=3)
     assert beams.shape == (6, 3, tokens.shape[1]) and scores.shape == (6, 3) and beam_lengths.shape == (6, 3)
     assert bool((scores <= 0).all()) and bool((scores[:, :-1] >= scores[:, 1:]).all())
     assert torch.equal(beams[:, 0], tokens)  # the best beam of a factorised model is the argmax path
-    one, _, _ = beam_search(model, tiny_batch.features, tiny_batch.feat_mask, beam_size=1)
+    one, _, _ = model.beam_search(tiny_batch.features, tiny_batch.feat_mask, beam_size=1)
     assert torch.equal(one[:, 0], tokens)
 
 
@@ -75,17 +76,20 @@ def test_factorised_beam_search_is_exact_k_best():
         assert bool((tokens[row, :, length:] == 0).all())
 
 
-def test_overfitting_one_batch_drives_loss_down_and_decodes_it_exactly(tiny_data):
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type, steps, final_ratio", [("paraformer", 150, 0.1), ("transformer_ar", 120, 0.05)])
+def test_overfitting_one_batch_drives_loss_down_and_decodes_it_exactly(tiny_data, model_type, steps, final_ratio):
     raw = tiny_raw_config()
-    raw["model"].update({"dropout": 0.0, "glancing_ratio": 0.0, "label_smoothing": 0.0})
+    raw["model"].update({"type": model_type, "dropout": 0.0, "glancing_ratio": 0.0, "label_smoothing": 0.0})
     cfg = config_from_dict(raw)
     torch.manual_seed(0)
     model = build_model(cfg, tiny_data.input_dim, tiny_data.tokenizer)
     batch = Collator(tiny_data.tokenizer.pad_id)([tiny_data.train[i] for i in range(4)])
-    losses = overfit(model, batch, steps=150)
-    assert losses[-1] < 0.1 * losses[0]
+    losses = overfit(model, batch, steps=steps)
+    assert losses[-1] < final_ratio * losses[0]
     model.eval()
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
+    assert lengths.tolist() == batch.token_lengths.tolist()
     hyps = [tiny_data.tokenizer.decode(t[:n]) for t, n in zip(tokens, lengths.tolist())]
     assert hyps == batch.texts
 

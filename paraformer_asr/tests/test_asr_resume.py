@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 import yaml
 
@@ -49,6 +50,7 @@ def _final_state(run_dir):
     return state, metrics
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path):
     config = _config(tmp_path)
     reference = _start(tmp_path, "--config", config, "--set", "run.output_dir=ref")
@@ -78,6 +80,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path):
         assert torch.equal(tensor, state["model"][name]), name
 
 
+@pytest.mark.slow
 def test_sigterm_saves_last_checkpoint_and_says_how_to_resume(tmp_path):
     config = _config(tmp_path)
     process = _start(tmp_path, "--config", config)

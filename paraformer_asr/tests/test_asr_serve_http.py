@@ -5,7 +5,6 @@ writer) on synthetic digit 'speech': one tone per digit, written with write_audi
 """
 
 import http.client
-import importlib.util
 import io
 import json
 import math
@@ -28,8 +27,6 @@ pytest.importorskip("fastapi", reason="the ASR service needs the optional 'serve
 pytest.importorskip("uvicorn", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
 pytest.importorskip("python_multipart", reason="the ASR service needs the optional 'serve' extra")
 
-import uvicorn  # noqa: E402
-
 from paraformer_asr.cli import run_main  # noqa: E402
 from paraformer_asr.config import config_from_dict  # noqa: E402
 from paraformer_asr.data.audio import write_audio  # noqa: E402
@@ -49,12 +46,7 @@ MAX_AUDIO_SECONDS = 2.0
 MAX_UPLOAD_BYTES = 100_000
 WAIT_S = 60  # bound on waiting for a server to come up / go down; never reached when things work
 
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"asr_serve_script_{name}", PROJECT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from asr_helpers import load_script, served, tiny_audio_config
 
 
 load_test = load_script("load_test")
@@ -84,15 +76,7 @@ def corpus(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def checkpoint(corpus):
-    cfg = config_from_dict({
-        "run": {"name": "serve", "output_dir": str(corpus / "runs"), "seed": 0, "num_threads": 1},
-        "data": {"kind": "manifest", "train_manifest": str(corpus / "train.jsonl"),
-                 "val_manifest": str(corpus / "train.jsonl"), "n_mels": 20},
-        "model": {"d_model": 32, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ffn_dim": 64,
-                  "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0},
-        "train": {"epochs": 3, "batch_size": 4, "eval_batch_size": 8, "lr": 0.003, "warmup_steps": 2,
-                  "log_every": 50, "plot_utterances": 0},
-    })
+    cfg = config_from_dict(tiny_audio_config(corpus / "train.jsonl", corpus / "runs", "serve", epochs=3))
     return train(cfg) / "checkpoints" / "last.pt"
 
 
@@ -112,18 +96,8 @@ def server(loaded):
     """The app under uvicorn on 127.0.0.1 in a background thread; yields its base URL."""
     settings = ServeSettings(max_upload_bytes=MAX_UPLOAD_BYTES, max_audio_seconds=MAX_AUDIO_SECONDS,
                              max_batch_size=8, max_wait_ms=20.0)
-    port = free_port()
-    uv_server = uvicorn.Server(uvicorn.Config(create_app(loaded, settings), host="127.0.0.1", port=port,
-                                              log_level="warning"))
-    thread = threading.Thread(target=uv_server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_S
-    while not uv_server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    uv_server.should_exit = True
-    thread.join(WAIT_S)
+    with served(create_app(loaded, settings), WAIT_S) as url:
+        yield url
 
 
 def connect(url: str) -> http.client.HTTPConnection:
@@ -347,6 +321,7 @@ def test_serve_script_user_errors_exit_2(tmp_path, checkpoint, monkeypatch, caps
     assert "pip install -e .[serve]" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_serve_script_serves_and_stops_cleanly_on_sigint(checkpoint, corpus):
     port = free_port()
     process = subprocess.Popen([sys.executable, str(PROJECT / "scripts" / "serve.py"), "--checkpoint", str(checkpoint),

@@ -14,8 +14,6 @@ pytest.importorskip("fastapi", reason="the ASR service needs the optional 'serve
 pytest.importorskip("uvicorn", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
 pytest.importorskip("python_multipart", reason="the ASR service needs the optional 'serve' extra")
 
-import uvicorn  # noqa: E402
-
 import paraformer_asr.serving.long_lane as long_lane_module  # noqa: E402
 from paraformer_asr.data.audio import write_audio  # noqa: E402
 from paraformer_asr.decode.longform import LongFormOptions, LongTranscript  # noqa: E402
@@ -27,7 +25,7 @@ from paraformer_asr.serving.load_test import (loopback_address, multipart_body, 
 from paraformer_asr.serving.long_lane import LaneFull, LongFormLane  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
 
-from asr_helpers import SPEECH_RATE, speech_like  # noqa: E402
+from asr_helpers import SPEECH_RATE, served, speech_like  # noqa: E402
 
 WAIT_S = 60  # bound on every wait; never reached when things work
 
@@ -177,26 +175,13 @@ def test_lowering_the_lane_thread_priority_changes_only_that_thread():
 @pytest.fixture(scope="module")
 def long_server(tone_checkpoint):
     """The app with long recordings from 2 s on (chunk_seconds), up to 60 s; yields (base URL, app)."""
-    import socket
-
     loaded = load_trained_model(tone_checkpoint, torch.device("cpu"))
     settings = ServeSettings(max_upload_bytes=4_000_000, max_audio_seconds=60.0, max_batch_size=4, max_wait_ms=2.0,
                              long_form=LongFormOptions(chunk_seconds=2.0, overlap_seconds=0.4, batch_windows=2),
                              long_yield_ms=20.0, max_long_recordings=2)
     app = create_app(loaded, settings)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + WAIT_S
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", app
-    server.should_exit = True
-    thread.join(WAIT_S)
+    with served(app, WAIT_S) as url:
+        yield url, app
 
 
 def wav_bytes(tmp_path, seconds: float, seed: int) -> bytes:

@@ -1,7 +1,6 @@
 """The synthetic corpus's phrases and held-out accents (data/speech_corpus.py, make_speech_corpus.py --phrases,
 --val-accents, --test-accents)."""
 
-import importlib.util
 import json
 import re
 import shutil
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from paraformer_asr.data import espeak_corpus
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.speech_corpus import (command_phrases, load_phrases, parse_accent_list, phrase_vocabulary,
                                                split_accents)
@@ -19,13 +19,7 @@ from paraformer_asr.errors import DataError
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 ACCENTS = ["en", "en-us", "en-gb-scotland", "en-029"]
 
-
-def _corpus_script():
-    spec = importlib.util.spec_from_file_location("asr_speech_corpus_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from asr_helpers import load_script
 
 
 def test_command_phrases_are_distinct_plain_words_with_the_promised_counts():
@@ -66,23 +60,24 @@ def test_held_out_accents_never_reach_training():
 
 
 def test_plans_speak_phrases_with_each_splits_accents(tmp_path):
-    script = _corpus_script()
+    script = load_script("make_speech_corpus")
     args = script.parse_args(["--out", str(tmp_path), "--num-train", "200", "--num-val", "40", "--num-test", "60",
                               "--phrases", "commands"])
-    accents = split_accents(script.ACCENTS, ["en-gb-x-gbcwmd"], ["en-gb-scotland", "en-029"])
+    accents = split_accents(espeak_corpus.ACCENTS, ["en-gb-x-gbcwmd"], ["en-gb-scotland", "en-029"])
     variants = {"train": ["m1", "f1"], "val": ["f2"], "test": ["m2"]}
-    plans = script.plan_utterances(args, script.load_vocabulary(None), variants, accents, command_phrases())
+    vocabulary = espeak_corpus.load_vocabulary(None)
+    plans = espeak_corpus.plan_utterances(args, vocabulary, variants, accents, command_phrases())
     used = {split: {plan.voice.split("+")[0] for plan in plans if plan.split == split} for split in accents}
     assert used["train"] <= set(accents["train"]) and len(used["train"]) >= 4
     assert used["val"] == {"en-gb-x-gbcwmd"} and used["test"] == {"en-gb-scotland", "en-029"}
     assert all(plan.text == plan.spoken and plan.text in command_phrases() for plan in plans)
     assert len({plan.text for plan in plans}) > 100  # phrases drawn across the whole set
-    again = script.plan_utterances(args, script.load_vocabulary(None), variants, accents, command_phrases())
+    again = espeak_corpus.plan_utterances(args, vocabulary, variants, accents, command_phrases())
     assert again == plans
 
 
 def test_conflicting_or_bad_phrase_and_accent_options_exit_2(tmp_path, capsys):
-    script = _corpus_script()
+    script = load_script("make_speech_corpus")
 
     def run(*args):
         status = script.main(["--out", str(tmp_path / "c"), *args])

@@ -9,7 +9,7 @@ from paraformer_asr.errors import TrainingError
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.paraformer import Paraformer
 from paraformer_asr.training.loop import Trainer, compile_stacks, warmup_cosine
-from paraformer_asr.training.run_folder import RunFolder
+from paraformer_asr.training.run_folder import RunFolder, setup_logging
 
 from asr_helpers import tiny_raw_config
 
@@ -18,7 +18,9 @@ def _trainer(tmp_path, **train):
     raw = tiny_raw_config(str(tmp_path / "runs"))
     raw["train"].update({"plot_utterances": 0, **train})
     cfg = config_from_dict(raw)
-    return Trainer(cfg, RunFolder.create(cfg), build_data(cfg))
+    run = RunFolder.create(cfg)
+    setup_logging(run.path / "train.log")  # as train() does
+    return Trainer(cfg, run, build_data(cfg))
 
 
 def _nan_every(n, monkeypatch):
@@ -82,6 +84,7 @@ def test_activation_checkpointing_gives_the_same_gradients(tiny_data, tiny_batch
         assert (grad is None and checkpointed[name] is None) or torch.allclose(grad, checkpointed[name], atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_compiled_model_matches_eager(tiny_cfg, tiny_data, tiny_batch):
     # backend "eager" exercises torch.compile's graph capture without a C++ build (minutes on a small CPU)
     torch.manual_seed(0)

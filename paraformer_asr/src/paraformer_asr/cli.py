@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import Callable
 
+from tqdm import tqdm
+
+from paraformer_asr.decode.longform import CUT_RULES, DEFAULT_OVERLAP_SHARE, SEGMENTATIONS, LongFormOptions
 from paraformer_asr.errors import UserError
 
 USER_ERROR_EXIT = 2
@@ -22,8 +26,6 @@ def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | N
 
 def add_long_form_arguments(parser) -> None:
     """The options of long-form decoding (decode/longform.py), shared by infer.py, eval.py and serve.py."""
-    from paraformer_asr.decode.longform import CUT_RULES, SEGMENTATIONS, LongFormOptions
-
     defaults = LongFormOptions()
     group = parser.add_argument_group("long recordings (decoded window by window; docs/architecture.md)")
     group.add_argument("--chunk-seconds", type=float, default=defaults.chunk_seconds,
@@ -47,10 +49,8 @@ def add_long_form_arguments(parser) -> None:
                             f"{defaults.min_pause_ms:g})")
 
 
-def long_form_options(args):
+def long_form_options(args) -> LongFormOptions:
     """argparse namespace (see :func:`add_long_form_arguments`) -> LongFormOptions (ConfigError on bad values)."""
-    from paraformer_asr.decode.longform import DEFAULT_OVERLAP_SHARE, LongFormOptions
-
     overlap = args.chunk_overlap
     if overlap is None:
         overlap = args.chunk_seconds * DEFAULT_OVERLAP_SHARE if math.isfinite(args.chunk_seconds) else 0.0
@@ -61,6 +61,36 @@ def long_form_options(args):
 
 def progress_bar_wanted() -> bool:
     """Progress bars on an interactive terminal only (not under CI, not into a file or pipe)."""
-    import os
-
     return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def window_progress():
+    """A tqdm bar over each long recording's windows on an interactive terminal, else None: a
+    ``progress(entry, done, total)`` callback for :func:`paraformer_asr.training.evaluation.evaluate_long_form`."""
+    if not progress_bar_wanted():
+        return None
+    bars = {}
+
+    def report(entry, done: int, total: int) -> None:
+        bar = bars.setdefault(entry.id, tqdm(total=total, desc=entry.id, unit="window", leave=False))
+        bar.update(done - bar.n)
+        if done == total:
+            bar.close()
+
+    return report
+
+
+def window_bar(name: str):
+    """A tqdm bar over one long recording's windows on an interactive terminal, else None: a
+    ``progress(done, total)`` callback for :func:`paraformer_asr.decode.longform.transcribe_long`."""
+    if not progress_bar_wanted():
+        return None
+    bar = tqdm(desc=name, unit="window", leave=False)
+
+    def report(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+        if done == total:
+            bar.close()
+
+    return report

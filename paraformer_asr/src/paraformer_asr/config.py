@@ -21,6 +21,8 @@ import yaml
 from paraformer_asr.errors import ConfigError
 
 SUBSAMPLING_FACTORS = {"none": 1, "2x": 2, "4x": 4}
+# Shortest input that still leaves one frame after subsampling (each stride-2 3-tap conv maps L -> (L - 1) // 2).
+MIN_INPUT_FRAMES = {1: 1, 2: 3, 4: 7}
 MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
 
@@ -217,46 +219,47 @@ def _require(condition: bool, key: str, rule: str, value: Any) -> None:
 
 def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field rules; raise ConfigError naming the key."""
-    t, m, d = cfg.train, cfg.model, cfg.data
+    train, model, data = cfg.train, cfg.model, cfg.data
     _require(cfg.run.num_threads >= 0, "run.num_threads", ">= 0", cfg.run.num_threads)
     _require(bool(cfg.run.name) and "/" not in cfg.run.name, "run.name", "a non-empty name without '/'",
              cfg.run.name)
     for key in ("epochs", "batch_size", "eval_batch_size", "accumulate_steps", "log_every", "max_bad_batches",
                 "keep_best"):
-        _require(getattr(t, key) >= 1, f"train.{key}", ">= 1", getattr(t, key))
+        _require(getattr(train, key) >= 1, f"train.{key}", ">= 1", getattr(train, key))
     for key in ("warmup_steps", "num_workers", "checkpoint_every", "plot_utterances"):
-        _require(getattr(t, key) >= 0, f"train.{key}", ">= 0", getattr(t, key))
-    _require(t.max_steps is None or t.max_steps >= 1, "train.max_steps", ">= 1 or null", t.max_steps)
-    _require(t.lr > 0, "train.lr", "> 0", t.lr)
-    _require(t.weight_decay >= 0, "train.weight_decay", ">= 0", t.weight_decay)
-    _require(t.grad_clip > 0, "train.grad_clip", "> 0", t.grad_clip)
+        _require(getattr(train, key) >= 0, f"train.{key}", ">= 0", getattr(train, key))
+    _require(train.max_steps is None or train.max_steps >= 1, "train.max_steps", ">= 1 or null", train.max_steps)
+    _require(train.lr > 0, "train.lr", "> 0", train.lr)
+    _require(train.weight_decay >= 0, "train.weight_decay", ">= 0", train.weight_decay)
+    _require(train.grad_clip > 0, "train.grad_clip", "> 0", train.grad_clip)
 
     for key in ("d_model", "num_heads", "encoder_layers", "decoder_layers", "ffn_dim", "subsampling_channels",
                 "cif_kernel_size"):
-        _require(getattr(m, key) >= 1, f"model.{key}", ">= 1", getattr(m, key))
-    _require(m.d_model % m.num_heads == 0, "model.d_model", f"divisible by model.num_heads ({m.num_heads})", m.d_model)
-    _require(m.d_model % 2 == 0, "model.d_model", "even (sinusoidal positions)", m.d_model)
-    _require(m.cif_kernel_size % 2 == 1, "model.cif_kernel_size", "odd", m.cif_kernel_size)
-    _require(0 <= m.dropout < 1, "model.dropout", "in [0, 1)", m.dropout)
-    _require(m.cif_threshold > 0, "model.cif_threshold", "> 0", m.cif_threshold)
-    _require(0 < m.cif_tail_threshold < m.cif_threshold, "model.cif_tail_threshold",
-             "in (0, model.cif_threshold)", m.cif_tail_threshold)
-    _require(0 <= m.glancing_ratio <= 1, "model.glancing_ratio", "in [0, 1]", m.glancing_ratio)
-    _require(0 <= m.label_smoothing < 1, "model.label_smoothing", "in [0, 1)", m.label_smoothing)
-    _require(m.quantity_weight >= 0, "model.quantity_weight", ">= 0", m.quantity_weight)
-    _require(m.ctc_weight >= 0, "model.ctc_weight", ">= 0", m.ctc_weight)
-    if m.ctc_combination == "interpolate":
-        _require(m.ctc_weight < 1, "model.ctc_weight", "< 1 with model.ctc_combination 'interpolate' (the decoder "
-                 "loss would get no weight)", m.ctc_weight)
-    _require(m.predictor_bias in (0, 1), "model.predictor_bias", "0 or 1", m.predictor_bias)
+        _require(getattr(model, key) >= 1, f"model.{key}", ">= 1", getattr(model, key))
+    _require(model.d_model % model.num_heads == 0, "model.d_model", f"divisible by model.num_heads ({model.num_heads})",
+             model.d_model)
+    _require(model.d_model % 2 == 0, "model.d_model", "even (sinusoidal positions)", model.d_model)
+    _require(model.cif_kernel_size % 2 == 1, "model.cif_kernel_size", "odd", model.cif_kernel_size)
+    _require(0 <= model.dropout < 1, "model.dropout", "in [0, 1)", model.dropout)
+    _require(model.cif_threshold > 0, "model.cif_threshold", "> 0", model.cif_threshold)
+    _require(0 < model.cif_tail_threshold < model.cif_threshold, "model.cif_tail_threshold",
+             "in (0, model.cif_threshold)", model.cif_tail_threshold)
+    _require(0 <= model.glancing_ratio <= 1, "model.glancing_ratio", "in [0, 1]", model.glancing_ratio)
+    _require(0 <= model.label_smoothing < 1, "model.label_smoothing", "in [0, 1)", model.label_smoothing)
+    _require(model.quantity_weight >= 0, "model.quantity_weight", ">= 0", model.quantity_weight)
+    _require(model.ctc_weight >= 0, "model.ctc_weight", ">= 0", model.ctc_weight)
+    if model.ctc_combination == "interpolate":
+        _require(model.ctc_weight < 1, "model.ctc_weight", "< 1 with model.ctc_combination 'interpolate' (the decoder "
+                 "loss would get no weight)", model.ctc_weight)
+    _require(model.predictor_bias in (0, 1), "model.predictor_bias", "0 or 1", model.predictor_bias)
 
-    _require(d.vocab_size >= 1, "data.vocab_size", ">= 1", d.vocab_size)
-    for factor in d.speed_perturb or []:
-        _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", d.speed_perturb)
-    if d.kind == "toy":
-        _require(not d.speed_perturb, "data.speed_perturb", "null for toy data (it resamples audio)",
-                 d.speed_perturb)
-        toy = d.toy
+    _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
+    for factor in data.speed_perturb or []:
+        _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", data.speed_perturb)
+    if data.kind == "toy":
+        _require(not data.speed_perturb, "data.speed_perturb", "null for toy data (it resamples audio)",
+                 data.speed_perturb)
+        toy = data.toy
         _require(len(toy.alphabet) >= 2, "data.toy.alphabet", "at least 2 characters", toy.alphabet)
         _require(len(set(toy.alphabet)) == len(toy.alphabet), "data.toy.alphabet", "free of repeated characters",
                  toy.alphabet)
@@ -270,17 +273,18 @@ def validate(cfg: Config) -> Config:
                  f"in [0, data.toy.min_frames_per_token ({toy.min_frames_per_token}))", toy.transition_frames)
         _require(toy.noise_std >= 0, "data.toy.noise_std", ">= 0", toy.noise_std)
         min_frames = toy.min_tokens * toy.min_frames_per_token
-        needed = {1: 1, 2: 3, 4: 7}[cfg.subsampling_factor]
+        needed = MIN_INPUT_FRAMES[cfg.subsampling_factor]
         _require(min_frames >= needed, "data.toy.min_frames_per_token",
-                 f"large enough that every utterance has >= {needed} frames for {m.subsampling} subsampling",
+                 f"large enough that every utterance has >= {needed} frames for {model.subsampling} subsampling",
                  toy.min_frames_per_token)
     else:
-        _require(bool(d.train_manifest), "data.train_manifest", "set when data.kind is 'manifest'", d.train_manifest)
-        _require(bool(d.val_manifest), "data.val_manifest", "set when data.kind is 'manifest'", d.val_manifest)
-        _require(d.sample_rate >= 8000, "data.sample_rate", ">= 8000", d.sample_rate)
-        _require(d.n_mels >= 1, "data.n_mels", ">= 1", d.n_mels)
+        _require(bool(data.train_manifest), "data.train_manifest", "set when data.kind is 'manifest'",
+                 data.train_manifest)
+        _require(bool(data.val_manifest), "data.val_manifest", "set when data.kind is 'manifest'", data.val_manifest)
+        _require(data.sample_rate >= 8000, "data.sample_rate", ">= 8000", data.sample_rate)
+        _require(data.n_mels >= 1, "data.n_mels", ">= 1", data.n_mels)
         for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
-            value = getattr(d.spec_augment, key)
+            value = getattr(data.spec_augment, key)
             _require(value >= 0, f"data.spec_augment.{key}", ">= 0", value)
     return cfg
 

@@ -6,11 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn as nn
 
 from paraformer_asr.config import Config, config_from_dict
+from paraformer_asr.data.audio import load_audio
+from paraformer_asr.data.frontend import FeatureNormalizer
+from paraformer_asr.data.setup import make_frontend, manifest_dataset
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
+from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.checkpointing import load_checkpoint
@@ -45,8 +50,6 @@ def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
     tokenizer = tokenizer_from_dict(state["tokenizer"])
     normalizer = None
     if state.get("normalizer") is not None:
-        from paraformer_asr.data.frontend import FeatureNormalizer
-
         normalizer = FeatureNormalizer.from_dict(state["normalizer"])
     model = build_model(cfg, int(state["input_dim"]), tokenizer)
     try:
@@ -60,8 +63,6 @@ def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
 def features_from_waveform(waveform: torch.Tensor, loaded: LoadedModel) -> torch.Tensor:
     """Mono samples [N] at the checkpoint's ``data.sample_rate`` -> features [T, F] through the checkpoint's
     front end and normaliser (what training computed)."""
-    from paraformer_asr.data.setup import make_frontend
-
     features = make_frontend(loaded.cfg)(waveform)
     return loaded.normalizer(features) if loaded.normalizer is not None else features
 
@@ -76,14 +77,10 @@ def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, f
         if loaded.cfg.data.kind != "manifest":
             raise DataError(f"{path}: this checkpoint was trained on toy features, not audio; give feature files "
                             "(.npy or .pt)")
-        from paraformer_asr.data.audio import load_audio
-
         waveform = load_audio(path, loaded.cfg.data.sample_rate)  # [N]
         return features_from_waveform(waveform, loaded), waveform.numel() / loaded.cfg.data.sample_rate
     try:
         if suffix == ".npy":
-            import numpy as np
-
             features = torch.from_numpy(np.load(path, allow_pickle=False)).float()
         else:
             features = torch.load(path, map_location="cpu", weights_only=True).float()
@@ -115,9 +112,6 @@ def evaluation_manifest(loaded: LoadedModel, split: str = "val", manifest: str |
 
 def evaluation_dataset(loaded: LoadedModel, split: str = "val", manifest: str | None = None):
     """The set a checkpoint is evaluated on (see :func:`evaluation_manifest`), as a dataset."""
-    from paraformer_asr.data.setup import manifest_dataset
-    from paraformer_asr.data.toy import ToySeq2SeqDataset
-
     path = evaluation_manifest(loaded, split, manifest)
     if path is None:
         return ToySeq2SeqDataset.from_config(loaded.cfg.data.toy, split, loaded.tokenizer)

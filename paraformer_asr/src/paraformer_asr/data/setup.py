@@ -14,6 +14,8 @@ from tqdm import tqdm
 
 from paraformer_asr.config import Config
 from paraformer_asr.data.batching import Collator, LengthBucketBatchSampler
+from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
+from paraformer_asr.data.manifest import ManifestDataset, read_manifest
 from paraformer_asr.data.tokenizer import Tokenizer, build_tokenizer
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import DataError
@@ -30,38 +32,18 @@ class DataBundle:
     input_dim: int
 
 
-def input_dim_of(cfg: Config) -> int:
-    return cfg.data.toy.feature_dim if cfg.data.kind == "toy" else cfg.data.n_mels
-
-
-def item_lengths(dataset: Dataset) -> list[int]:
-    """Frame count of every item, without making features where the dataset allows it."""
-    if hasattr(dataset, "lengths"):
-        return dataset.lengths()
-    if hasattr(dataset, "frame_counts"):
-        return dataset.frame_counts()
-    return [dataset[i]["features"].shape[0] for i in range(len(dataset))]
-
-
 def epoch_lengths(dataset: Dataset) -> Callable[[int], list[int]] | None:
     """``epoch -> frame counts`` for a dataset whose lengths change between epochs (speed perturbation), else None."""
-    from paraformer_asr.data.manifest import ManifestDataset
-
     return dataset.frame_counts if isinstance(dataset, ManifestDataset) and dataset.speed_factors else None
 
 
 def make_frontend(cfg: Config):
-    from paraformer_asr.data.frontend import LogMelFrontend
-
     return LogMelFrontend(sample_rate=cfg.data.sample_rate, n_mels=cfg.data.n_mels)
 
 
 def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalizer: Any,
                      training: bool = False) -> Dataset:
     """A ManifestDataset over ``manifest`` (speed perturbation and SpecAugment only when ``training``)."""
-    from paraformer_asr.data.frontend import SpecAugment
-    from paraformer_asr.data.manifest import ManifestDataset, read_manifest
-
     entries = read_manifest(manifest, skip_bad_files=cfg.data.skip_bad_files)
     check_vocabulary([e.text for e in entries], tokenizer, manifest)
     spec = cfg.data.spec_augment
@@ -88,8 +70,6 @@ def training_transcripts(cfg: Config) -> list[str]:
     """The transcripts of the training split (for the tokenizer and n-gram language models)."""
     if cfg.data.kind == "toy":
         return ToySeq2SeqDataset.from_config(cfg.data.toy, "train").texts()
-    from paraformer_asr.data.manifest import read_manifest
-
     return [e.text for e in read_manifest(cfg.data.train_manifest, skip_bad_files=cfg.data.skip_bad_files)]
 
 
@@ -105,8 +85,6 @@ def build_data(cfg: Config, tokenizer: Tokenizer | None = None, normalizer_state
         val = ToySeq2SeqDataset.from_config(cfg.data.toy, "val", tokenizer)
         return DataBundle(tokenizer, None, train, val, cfg.data.toy.feature_dim)
 
-    from paraformer_asr.data.frontend import FeatureNormalizer
-
     normalizer = FeatureNormalizer.from_dict(normalizer_state) if normalizer_state is not None else None
     train = None
     if with_train:
@@ -121,15 +99,16 @@ def build_data(cfg: Config, tokenizer: Tokenizer | None = None, normalizer_state
     return DataBundle(tokenizer, normalizer, train, val, cfg.data.n_mels)
 
 
-def make_loader(dataset: Dataset, batch_size: int, pad_id: int, shuffle: bool, seed: int, num_workers: int = 0,
-                num_replicas: int = 1, rank: int = 0) -> tuple[DataLoader, LengthBucketBatchSampler]:
+def make_loader(dataset: ToySeq2SeqDataset | ManifestDataset, batch_size: int, pad_id: int, shuffle: bool, seed: int,
+                num_workers: int = 0, num_replicas: int = 1,
+                rank: int = 0) -> tuple[DataLoader, LengthBucketBatchSampler]:
     """Length-bucketed loader (this process's shard when ``num_replicas`` > 1). Its own generator keeps
     the global torch RNG untouched (exact resume)."""
     if len(dataset) == 0:
         raise DataError("the dataset is empty")
     if len(dataset) < num_replicas:
         raise DataError(f"the dataset has {len(dataset)} items, fewer than the {num_replicas} processes")
-    sampler = LengthBucketBatchSampler(item_lengths(dataset), batch_size, shuffle=shuffle, seed=seed,
+    sampler = LengthBucketBatchSampler(dataset.frame_counts(), batch_size, shuffle=shuffle, seed=seed,
                                        num_replicas=num_replicas, rank=rank, lengths_of_epoch=epoch_lengths(dataset))
     loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id), num_workers=num_workers,
                         generator=torch.Generator().manual_seed(seed))

@@ -27,6 +27,7 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Iterable, Sequence
 
+import sentencepiece
 import torch
 
 from paraformer_asr.errors import CheckpointError, DataError
@@ -172,8 +173,6 @@ class SentencePieceTokenizer(Tokenizer):
 
     def __init__(self, model_proto: bytes, kind: str, with_blank: bool = False):
         super().__init__(with_blank)
-        import sentencepiece
-
         if kind not in ("bpe", "unigram"):
             raise ValueError(f"sentencepiece tokenizer kind must be 'bpe' or 'unigram', got {kind!r}")
         self.kind = kind
@@ -188,8 +187,6 @@ class SentencePieceTokenizer(Tokenizer):
     def train(cls, texts: Sequence[str], kind: str, vocab_size: int,
               with_blank: bool = False) -> SentencePieceTokenizer:
         """Learn ``kind`` units from ``texts`` with at most ``vocab_size`` ids (soft limit, see the module doc)."""
-        import sentencepiece
-
         texts = [text for text in texts if text.strip()]
         if not texts:
             raise DataError("cannot build a tokenizer: the training transcripts are empty")

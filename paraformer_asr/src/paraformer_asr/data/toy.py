@@ -76,9 +76,12 @@ class ToySeq2SeqDataset(Dataset):
     def texts(self) -> list[str]:
         return [self.text(i) for i in range(self.num_items)]
 
-    def lengths(self) -> list[int]:
-        """Number of frames of every item (cheap: no features are made)."""
+    def frame_counts(self, epoch: int | None = None) -> list[int]:
+        """Number of frames of every item (cheap: no features are made); the same in every epoch."""
         return [int(self._sample_sequence(self._generator(i))[1].sum()) for i in range(self.num_items)]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Items do not change between epochs (the dataset interface ManifestDataset also offers)."""
 
     def __getitem__(self, index: int) -> dict:
         if not 0 <= index < self.num_items:

@@ -3,10 +3,9 @@
 The LM is estimated over the model's own token ids (:func:`build_char_lm`): characters, or subword units when the
 checkpoint was trained with ``data.tokenizer: bpe | unigram``; nothing else changes.
 
-One entry point for every model type: :func:`lm_beam_search`. For a model with per-position
-posteriors (the Paraformer: ``posteriors(features, feat_mask) -> (log_probs [B, N, V], cif)``) it
-runs :func:`fused_posterior_beam_search`; for the autoregressive baseline it calls the model's own
-``beam_search(..., lm=, lm_weight=)`` (decode/ar_search.py), where the LM joins every step.
+Every model reaches it the same way: ``model.beam_search(features, feat_mask, beam_size, lm=, lm_weight=)``.
+The Paraformer runs :func:`fused_posterior_beam_search` over its per-position posteriors; the
+autoregressive baseline adds the LM at every step of its own search (decode/ar_search.py).
 
 Score of a hypothesis y_1..y_N of the Paraformer:
     sum_i log P_am(y_i | position i) + lm_weight * (sum_i log P_lm(y_i | y_<i) + log P_lm(eos | y_1..y_N))
@@ -19,7 +18,6 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
-import torch.nn as nn
 
 from paraformer_asr.checks import assert_shape
 from paraformer_asr.data.tokenizer import Tokenizer
@@ -80,22 +78,3 @@ def fused_posterior_beam_search(log_probs: torch.Tensor, token_mask: torch.Tenso
     scorer = SentenceLmScorer(lm, token_mask.sum(dim=1).repeat_interleave(beam_size))
     tokens, scores = factorized_beam_search(log_probs, token_mask, beam_size, pad_id, scorer, lm_weight)
     return tokens, scores
-
-
-@torch.no_grad()
-def lm_beam_search(model: nn.Module, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
-                   lm: CharNgramLM, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Beam search with shallow fusion for any model of the package.
-
-    features [B, T, F], feat_mask [B, T] -> tokens [B, beam, T_out], scores [B, beam] (best first),
-    lengths [B, beam]: the same contract as the model's own ``beam_search``, which it equals at
-    ``lm_weight`` 0.
-    """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not hasattr(model, "posteriors"):
-        return model.beam_search(features, feat_mask, beam_size, lm=lm, lm_weight=lm_weight)
-    log_probs, cif = model.posteriors(features, feat_mask)
-    tokens, scores = fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, model.pad_id, lm, lm_weight)
-    lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()
-    return tokens, scores, lengths

@@ -14,19 +14,6 @@ from paraformer_asr.decode.timestamps import FrameClock, decoded_token_times
 from paraformer_asr.errors import ConfigError
 
 
-def greedy_decode(model: nn.Module, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """features [B, T, F], feat_mask [B, T] -> tokens [B, T_out] long (pad past lengths), lengths [B]."""
-    return model.greedy_decode(features, feat_mask)
-
-
-def beam_search(model: nn.Module, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
-                **kwargs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """-> tokens [B, beam, T_out], scores [B, beam] log-probabilities (best first), lengths [B, beam]."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    return model.beam_search(features, feat_mask, beam_size, **kwargs)
-
-
 def require_timestamps(model: nn.Module) -> None:
     """ConfigError unless the model gives token times (``gives_timestamps``: the Paraformer's CIF)."""
     if not model.gives_timestamps:
@@ -71,14 +58,10 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
                                                          beam_size if method == "beam" else 1, lm, lm_weight)
             times = decoded_token_times(model, cif, batch.feat_lengths, batch.durations, clock)  # 2 x [B, N]
         elif method == "greedy":
-            tokens, lengths = greedy_decode(model, batch.features, batch.feat_mask)
-        elif method == "beam" and lm is not None:
-            from paraformer_asr.decode.lm_fusion import lm_beam_search
-
-            beams, _, beam_lengths = lm_beam_search(model, batch.features, batch.feat_mask, beam_size, lm, lm_weight)
-            tokens, lengths = beams[:, 0], beam_lengths[:, 0]
-        elif method == "beam":
-            beams, _, beam_lengths = beam_search(model, batch.features, batch.feat_mask, beam_size)
+            tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
+        else:
+            beams, _, beam_lengths = model.beam_search(batch.features, batch.feat_mask, beam_size, lm=lm,
+                                                       lm_weight=lm_weight)
             tokens, lengths = beams[:, 0], beam_lengths[:, 0]
         if device.type == "cuda":
             torch.cuda.synchronize(device)

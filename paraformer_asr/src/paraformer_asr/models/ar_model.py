@@ -6,10 +6,7 @@ a key/value cache: each step projects only the newest token's query/key/value in
 and reuses the cross-attention keys/values projected once from the encoder output, so a step costs
 O(current length) instead of a recompute of the prefix.
 
-Model interface (the same as the Paraformer's, see models/paraformer.py):
-    compute_loss(batch) -> LossOutput (terms 'ce' and, with model.ctc_weight > 0, 'ctc')
-    greedy_decode(features, feat_mask) -> (tokens [B, T_out] long, lengths [B] long)
-    beam_search(features, feat_mask, beam_size) -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam])
+It offers the model interface of models/interface.py (loss terms 'ce' and, with model.ctc_weight > 0, 'ctc').
 """
 
 from __future__ import annotations
@@ -21,19 +18,15 @@ import torch
 import torch.nn as nn
 
 from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask, lengths_to_mask
-from paraformer_asr.config import Config, ModelConfig
+from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
-from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search
 from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy
 from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.encoder import Encoder
-from paraformer_asr.models.layers import DecoderBlock, PositionalEncoding
-from paraformer_asr.models.paraformer import LossOutput
+from paraformer_asr.models.interface import LossOutput
+from paraformer_asr.models.layers import DecoderBlock, KeyValue, PositionalEncoding
 from paraformer_asr.models.targets import append_eos
-
-KeyValue = tuple[torch.Tensor, torch.Tensor]  # k, v [B, H, L, Dh]
-
 
 def causal_mask(length: int, device: torch.device) -> torch.Tensor:
     """[L, L] bool, True where query i may attend to key j (j <= i)."""
@@ -65,25 +58,6 @@ class DecoderCache:
         """
         return DecoderCache(self.memory_mask, self.cross_kv,
                             [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.self_kv])
-
-
-def block_step(block: DecoderBlock, x: torch.Tensor, self_kv: KeyValue, cross_kv: KeyValue,
-               memory_mask: torch.Tensor) -> tuple[torch.Tensor, KeyValue]:
-    """One new position through ``block`` with cached keys/values (the block's own sub-modules,
-    the same computation as ``DecoderBlock.forward`` with a causal mask, for the last position).
-
-    x [B, 1, D]; self_kv (k, v) [B, H, L, Dh]; cross_kv (k, v) [B, H, T, Dh]; memory_mask [B, T]
-    -> (x [B, 1, D], self_kv [B, H, L + 1, Dh]).
-    """
-    h = block.norm_self(x)
-    k_new, v_new = block.self_attn.project_key_value(h, h)  # [B, H, 1, Dh] each
-    k = torch.cat([self_kv[0], k_new], dim=2)
-    v = torch.cat([self_kv[1], v_new], dim=2)
-    x = x + block.dropout(block.self_attn.attend(block.self_attn.project_query(h), k, v))
-    h = block.norm_cross(x)
-    x = x + block.dropout(block.cross_attn.attend(block.cross_attn.project_query(h), *cross_kv,
-                                                  key_padding_mask=memory_mask))
-    return x + block.dropout(block.ffn(block.norm_ffn(x))), (k, v)
 
 
 class ArDecoder(nn.Module):
@@ -120,7 +94,7 @@ class ArDecoder(nn.Module):
         check_padding_mask(token_mask, "decoder token_mask", (dims["B"], dims["L"]))
         check_padding_mask(memory_mask, "decoder memory_mask", (dims["B"], dims["T"]))
         x = self._embed(tokens, 0)  # [B, L, D]
-        causal = causal_mask(dims["L"], tokens.device)
+        causal = causal_mask(dims["L"], tokens.device)  # [L, L]
         for block in self.blocks:
             x = block(x, token_mask, memory, memory_mask, self_attn_mask=causal)
         return self.output(self.final_norm(x))  # [B, L, V]
@@ -130,7 +104,7 @@ class ArDecoder(nn.Module):
         dims = assert_shape(memory, f"B,T,{self.d_model}", "decoder memory")
         check_padding_mask(memory_mask, "decoder memory_mask", (dims["B"], dims["T"]))
         head_dim = self.d_model // self.num_heads
-        empty = memory.new_zeros(dims["B"], self.num_heads, 0, head_dim)
+        empty = memory.new_zeros(dims["B"], self.num_heads, 0, head_dim)  # [B, H, 0, Dh]
         cross = [block.cross_attn.project_key_value(memory, memory) for block in self.blocks]
         return DecoderCache(memory_mask, cross, [(empty, empty) for _ in self.blocks])
 
@@ -140,7 +114,7 @@ class ArDecoder(nn.Module):
         x = self._embed(token, cache.length)  # [B, 1, D]
         grown = []
         for block, self_kv, cross_kv in zip(self.blocks, cache.self_kv, cache.cross_kv):
-            x, self_kv = block_step(block, x, self_kv, cross_kv, cache.memory_mask)
+            x, self_kv = block.step(x, self_kv, cross_kv, cache.memory_mask)  # [B, 1, D], L + 1 entries
             grown.append(self_kv)
         logits = self.output(self.final_norm(x))[:, 0]  # [B, V]
         return logits, DecoderCache(cache.memory_mask, cache.cross_kv, grown)
@@ -178,22 +152,22 @@ class TransformerAR(nn.Module):
     def forward(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor,
                 token_lengths: torch.Tensor) -> torch.Tensor:
         """Teacher-forced pass: -> logits [B, S+1, V] predicting y_1 .. y_S eos."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)
-        decoder_in, _, mask = self.teacher_forcing_io(tokens, token_lengths)
-        return self.decoder(decoder_in, mask, encoder_out, enc_mask)
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        decoder_in, _, mask = self.teacher_forcing_io(tokens, token_lengths)  # [B, S+1], [B, S+1]
+        return self.decoder(decoder_in, mask, encoder_out, enc_mask)  # [B, S+1, V]
 
     def compute_loss(self, batch: Batch) -> LossOutput:
         """Label-smoothed CE over the valid targets (eos included), a mean per target token, combined with the
         CTC loss on the encoder by ``model.ctc_combination`` (see ``hybrid_loss_weights``)."""
-        encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)
-        decoder_in, targets, mask = self.teacher_forcing_io(batch.tokens, batch.token_lengths)
+        encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
+        decoder_in, targets, mask = self.teacher_forcing_io(batch.tokens, batch.token_lengths)  # 3 x [B, S+1]
         logits = self.decoder(decoder_in, mask, encoder_out, enc_mask)  # [B, S+1, V]
-        ce = label_smoothed_cross_entropy(logits, targets, mask, self.cfg.label_smoothing)
+        ce = label_smoothed_cross_entropy(logits, targets, mask, self.cfg.label_smoothing)  # scalar
         decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
                                                          self.cfg.ctc_combination)
         total, terms = decoder_weight * ce, {"ce": ce.detach()}
         if self.ctc is not None:
-            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)
+            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)  # scalar
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=None)
@@ -213,12 +187,12 @@ class TransformerAR(nn.Module):
         if cache is None:
             assert_shape(encoder_out, f"B,T,{self.cfg.d_model}", "decode_step encoder_out", dims)
             if enc_mask is None:
-                enc_mask = torch.ones(encoder_out.shape[:2], dtype=torch.bool, device=encoder_out.device)
+                enc_mask = torch.ones(encoder_out.shape[:2], dtype=torch.bool, device=encoder_out.device)  # [B, T']
             cache = self.decoder.start_cache(encoder_out, enc_mask)
         if cache.length != step:
             raise ValueError(f"decode_step: the cache holds {cache.length} tokens but step is {step}")
-        logits, cache = self.decoder.step(prev_tokens[:, step:], cache)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        logits, cache = self.decoder.step(prev_tokens[:, step:], cache)  # [B, V]
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
         check_finite(log_probs, "decoder step log_probs")
         return log_probs, cache
 
@@ -226,7 +200,7 @@ class TransformerAR(nn.Module):
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, max_length_ratio: float = 1.0,
                       lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """-> tokens [B, T_out] long (pad_id past each length, no eos), lengths [B] long."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
         return ar_greedy_search(self, encoder_out, enc_mask, max_length_ratio, lm, lm_weight)
 
     @torch.no_grad()
@@ -235,12 +209,6 @@ class TransformerAR(nn.Module):
                     lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
         beams that do not exist), lengths [B, beam] (tokens without eos)."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
         return ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty, max_length_ratio, lm,
                               lm_weight)
-
-
-def build_transformer_ar(cfg: Config, input_dim: int, tokenizer: Tokenizer) -> TransformerAR:
-    return TransformerAR(cfg.model, input_dim=input_dim, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
-                         bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, blank_id=tokenizer.blank_id,
-                         subsampling_factor=cfg.subsampling_factor)

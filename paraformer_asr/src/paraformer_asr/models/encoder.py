@@ -6,17 +6,14 @@ Shared by the Paraformer and any other model of the package (e.g. an autoregress
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
 from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask, lengths_to_mask
+from paraformer_asr.config import MIN_INPUT_FRAMES, ModelConfig
 from paraformer_asr.models.layers import EncoderBlock, PositionalEncoding
-
-if TYPE_CHECKING:
-    from paraformer_asr.config import ModelConfig
 
 
 def subsampled_lengths(lengths: torch.Tensor, factor: int) -> torch.Tensor:
@@ -24,11 +21,6 @@ def subsampled_lengths(lengths: torch.Tensor, factor: int) -> torch.Tensor:
     for _ in range(int(math.log2(factor))):
         lengths = torch.div(lengths - 1, 2, rounding_mode="floor")
     return lengths
-
-
-def min_input_frames(factor: int) -> int:
-    """Shortest input that still leaves one frame after subsampling (1, 3 or 7)."""
-    return {1: 1, 2: 3, 4: 7}[factor]
 
 
 class ConvSubsampling(nn.Module):
@@ -67,7 +59,7 @@ class Encoder(nn.Module):
     """forward(features [B, T, F] float, mask [B, T] bool True = valid) -> (out [B, T', D], out_mask [B, T'])
 
     Padded output frames are zero. Raises ValueError if an utterance is shorter than
-    ``min_input_frames(factor)``.
+    ``config.MIN_INPUT_FRAMES[factor]``.
     """
 
     def __init__(self, input_dim: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
@@ -102,7 +94,7 @@ class Encoder(nn.Module):
         if bool((out_lengths < 1).any()):
             shortest = int(lengths.min())
             raise ValueError(f"an utterance of {shortest} frames is too short for {self.subsampling_factor}x "
-                             f"subsampling (needs >= {min_input_frames(self.subsampling_factor)} frames)")
+                             f"subsampling (needs >= {MIN_INPUT_FRAMES[self.subsampling_factor]} frames)")
         x = self.subsampling(features.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, T', D]
         out_mask = lengths_to_mask(out_lengths, x.shape[1])
         x = self.dropout(self.positions(x * math.sqrt(self.d_model)))

@@ -9,6 +9,8 @@ import torch.nn as nn
 
 from paraformer_asr.models.attention import MultiHeadAttention
 
+KeyValue = tuple[torch.Tensor, torch.Tensor]  # k, v [B, H, L, Dh]
+
 
 class PositionalEncoding(nn.Module):
     """Adds sinusoidal positions: x [B, T, D] -> [B, T, D]; ``offset`` shifts the first position."""
@@ -71,7 +73,7 @@ class DecoderBlock(nn.Module):
     forward(x [B, N, D], x_mask [B, N], memory [B, T, D], memory_mask [B, T],
             self_attn_mask [N, N] or [B, N, N] | None) -> [B, N, D]
     The non-autoregressive decoder passes no ``self_attn_mask``; an autoregressive decoder
-    passes a causal one (or uses the sub-modules directly with a key/value cache).
+    passes a causal one in training and decodes with :meth:`step` and a key/value cache.
     """
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
@@ -91,3 +93,21 @@ class DecoderBlock(nn.Module):
         h = self.norm_cross(x)
         x = x + self.dropout(self.cross_attn(h, memory, memory, key_padding_mask=memory_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
+
+    def step(self, x: torch.Tensor, self_kv: KeyValue, cross_kv: KeyValue,
+             memory_mask: torch.Tensor) -> tuple[torch.Tensor, KeyValue]:
+        """One new position with cached keys/values: the computation of :meth:`forward` with a causal
+        mask, for the last position only.
+
+        x [B, 1, D]; self_kv (k, v) [B, H, L, Dh] of the L earlier positions; cross_kv (k, v) [B, H, T, Dh]
+        projected once from the memory; memory_mask [B, T] -> (x [B, 1, D], self_kv [B, H, L + 1, Dh]).
+        """
+        h = self.norm_self(x)  # [B, 1, D]
+        k_new, v_new = self.self_attn.project_key_value(h, h)  # [B, H, 1, Dh] each
+        k = torch.cat([self_kv[0], k_new], dim=2)  # [B, H, L + 1, Dh]
+        v = torch.cat([self_kv[1], v_new], dim=2)  # [B, H, L + 1, Dh]
+        x = x + self.dropout(self.self_attn.attend(self.self_attn.project_query(h), k, v))
+        h = self.norm_cross(x)
+        x = x + self.dropout(self.cross_attn.attend(self.cross_attn.project_query(h), *cross_kv,
+                                                    key_padding_mask=memory_mask))
+        return x + self.dropout(self.ffn(self.norm_ffn(x))), (k, v)

@@ -1,14 +1,9 @@
 """The Paraformer: encoder -> CIF predictor -> non-autoregressive decoder (+ glancing, optional CTC).
 
-Model interface used by the training loop and the scripts (any model of the package offers it):
-    compute_loss(batch) -> LossOutput
-    greedy_decode(features, feat_mask) -> (tokens [B, T_out] long, lengths [B] long)
-    beam_search(features, feat_mask, beam_size) -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam])
+It offers the model interface of models/interface.py.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -16,7 +11,7 @@ import torch.nn as nn
 from paraformer_asr.checks import assert_shape, check_finite
 from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
-from paraformer_asr.decode.beam import PrefixScorer, factorized_beam_search
+from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
 from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
 from paraformer_asr.models.cif import CifOutput, CifPredictor
@@ -24,19 +19,8 @@ from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.glancing import glancing_mix
+from paraformer_asr.models.interface import LossOutput
 from paraformer_asr.models.targets import append_eos
-
-
-@dataclass
-class LossOutput:
-    """total: scalar tensor to backpropagate; terms: every loss term as a detached scalar tensor
-    (keys 'ce', 'quantity', 'ctc' for the Paraformer); logits [B, N, V] of the trained pass;
-    cif: the predictor output (None for models without one)."""
-
-    total: torch.Tensor
-    terms: dict[str, torch.Tensor]
-    logits: torch.Tensor
-    cif: CifOutput | None
 
 
 class Paraformer(nn.Module):
@@ -76,10 +60,10 @@ class Paraformer(nn.Module):
         (N = S_max, + 1 with ``model.predictor_bias``: the <eos> position); without, N comes from the
         predicted alphas (the end-of-sentence fire included).
         """
-        encoder_out, enc_mask = self.encode(features, feat_mask)
-        target_lengths = None if tokens is None else self.decoder_targets(tokens, token_lengths)[1]
-        cif = self.predictor(encoder_out, enc_mask, target_lengths)
-        logits = self.decoder(cif.embeddings, cif.token_mask, encoder_out, enc_mask)
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        target_lengths = None if tokens is None else self.decoder_targets(tokens, token_lengths)[1]  # [B]
+        cif = self.predictor(encoder_out, enc_mask, target_lengths)  # embeddings [B, N, D]
+        logits = self.decoder(cif.embeddings, cif.token_mask, encoder_out, enc_mask)  # [B, N, V]
         return logits, cif
 
     def compute_loss(self, batch: Batch) -> LossOutput:
@@ -90,21 +74,21 @@ class Paraformer(nn.Module):
         cif = self.predictor(encoder_out, enc_mask, target_lengths)  # embeddings [B, N, D]
         token_mask = cif.token_mask  # [B, N]
         assert_shape(targets, f"{targets.shape[0]},{cif.embeddings.shape[1]}", "target tokens")
-        decoder_input = cif.embeddings
+        decoder_input = cif.embeddings  # [B, N, D]
         if self.training and self.cfg.glancing_ratio > 0:
             with torch.no_grad():
                 first_pass = self.decoder(cif.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
             decoder_input, _ = glancing_mix(cif.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
-                                            token_mask, self.cfg.glancing_ratio)
+                                            token_mask, self.cfg.glancing_ratio)  # [B, N, D]
         logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)  # [B, N, V]
-        ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)
-        quantity = quantity_loss(cif.alpha_sum, target_lengths, self.cfg.length_normalized_loss)
+        ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)  # scalar
+        quantity = quantity_loss(cif.alpha_sum, target_lengths, self.cfg.length_normalized_loss)  # scalar
         decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
                                                          self.cfg.ctc_combination)
-        total = decoder_weight * ce + self.cfg.quantity_weight * quantity
+        total = decoder_weight * ce + self.cfg.quantity_weight * quantity  # scalar
         terms = {"ce": ce.detach(), "quantity": quantity.detach()}
         if self.ctc is not None:
-            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)
+            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)  # scalar
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
@@ -114,11 +98,11 @@ class Paraformer(nn.Module):
         """Inference pass: -> (log_probs [B, N, V], cif) over the N output tokens (N from the alphas and
         the tail rule). With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the
         others, then dropped from both."""
-        logits, cif = self.forward(features, feat_mask)
+        logits, cif = self.forward(features, feat_mask)  # [B, N, V]
         if self.cfg.predictor_bias == 1:
             cif = cif.without_last_token()
-            logits = logits[:, :cif.token_mask.shape[1]]
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
+            logits = logits[:, :cif.token_mask.shape[1]]  # [B, N - 1, V]
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, N, V]
         check_finite(log_probs, "decoder log_probs")
         return log_probs, cif
 
@@ -127,15 +111,12 @@ class Paraformer(nn.Module):
                         lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
         """The best hypothesis and the CIF output it came from (for timestamps), from one pass.
 
-        beam_size 1 without an LM is greedy; otherwise the factorised beam search, fused with ``lm`` (a
-        CharNgramLM) when given. -> (tokens [B, T_out] long, pad past each length; lengths [B]; cif)."""
+        beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam.
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; cif)."""
         log_probs, cif = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None:
             return log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id), cif.num_tokens, cif
-        if lm is None:
-            beams, _ = factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id)
-        else:
-            beams, _ = fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, lm, lm_weight)
+        beams, _ = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
         return beams[:, 0], cif.num_tokens, cif
 
     @torch.no_grad()
@@ -145,12 +126,21 @@ class Paraformer(nn.Module):
         return tokens, lengths
 
     @torch.no_grad()
-    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
-                    prefix_scorer: PrefixScorer | None = None,
-                    scorer_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam]."""
+    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
+                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
+
+        With ``lm`` (a CharNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
         log_probs, cif = self.posteriors(features, feat_mask)
-        tokens, scores = factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, prefix_scorer,
-                                                scorer_weight)
-        lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()
+        tokens, scores = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
+        lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
         return tokens, scores, lengths
+
+    def _search_posteriors(self, log_probs: torch.Tensor, cif: CifOutput, beam_size: int, lm,
+                           lm_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given."""
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        if lm is None:
+            return factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id)
+        return fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, lm, lm_weight)

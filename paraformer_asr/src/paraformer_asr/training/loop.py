@@ -9,6 +9,7 @@ every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and sto
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import random
@@ -26,25 +27,24 @@ from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import DataBundle, build_data, make_loader, tokenizer_for, training_transcripts
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
-from paraformer_asr.errors import TrainingError
+from paraformer_asr.errors import CheckpointError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
 from paraformer_asr.models.factory import build_model, count_parameters
+from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
                                                  init_distributed, shutdown)
 from paraformer_asr.training.checkpointing import (BestCheckpoints, capture_rng_state, load_checkpoint,
                                                    resolve_checkpoint_path, restore_rng_state, save_checkpoint)
-from paraformer_asr.training.evaluation import evaluate, resolve_device
+from paraformer_asr.training.evaluation import evaluate
 from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
-from paraformer_asr.training.run_folder import RunFolder, setup_logging
+from paraformer_asr.training.run_folder import LOGGER_NAME, RunFolder, setup_logging
 
 
 def compile_stacks(model: torch.nn.Module, backend: str) -> None:
     """torch.compile the encoder and decoder in place (state_dict keys unchanged). The CIF predictor
     stays eager: its token count is data-dependent."""
-    for name in ("encoder", "decoder"):
-        module = getattr(model, name, None)
-        if module is not None:
-            module.compile(backend=backend, dynamic=True)
+    for stack in (model.encoder, model.decoder):  # every model has both (models/interface.py)
+        stack.compile(backend=backend, dynamic=True)
 
 
 class TrainingInterrupted(Exception):
@@ -54,11 +54,6 @@ class TrainingInterrupted(Exception):
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
         self.signum = signum
         self.run_dir = run_dir
-
-
-def apply_num_threads(num_threads: int) -> None:
-    if num_threads > 0:
-        torch.set_num_threads(num_threads)
 
 
 def seed_everything(seed: int) -> None:
@@ -140,33 +135,35 @@ class Trainer:
         self.device = resolve_device(cfg.run.device)
         if self.device.type == "cuda" and self.ctx.enabled:
             self.device = torch.device("cuda", self.ctx.local_rank)
-        self.log = setup_logging(run.path / "train.log" if self.ctx.is_main else None, quiet=not self.ctx.is_main)
-        t = cfg.train
+        self.log = logging.getLogger(LOGGER_NAME)  # set up by train(): stderr and the run's train.log
+        train_cfg = cfg.train
         self.model = build_model(cfg, data.input_dim, self.tokenizer).to(self.device)
-        if t.compile:
-            compile_stacks(self.model, t.compile_backend)
+        if train_cfg.compile:
+            compile_stacks(self.model, train_cfg.compile_backend)
         self.loss_module: torch.nn.Module = LossModule(self.model)
         if self.ctx.enabled:
-            from torch.nn.parallel import DistributedDataParallel
-
-            self.loss_module = DistributedDataParallel(
+            self.loss_module = torch.nn.parallel.DistributedDataParallel(
                 self.loss_module, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=True)  # e.g. the glancing embeddings when nothing is replaced
             torch.manual_seed(cfg.run.seed + 1000 * self.ctx.rank)  # different dropout per rank
         pad = self.tokenizer.pad_id
-        self.train_loader, self.train_sampler = make_loader(data.train, t.batch_size, pad, True, cfg.run.seed,
-                                                            t.num_workers, self.ctx.world_size, self.ctx.rank)
-        self.val_loader, _ = make_loader(data.val, t.eval_batch_size, pad, False, cfg.run.seed, t.num_workers)
+        self.train_loader, self.train_sampler = make_loader(data.train, train_cfg.batch_size, pad, True,
+                                                            cfg.run.seed, train_cfg.num_workers,
+                                                            self.ctx.world_size, self.ctx.rank)
+        self.val_loader, _ = make_loader(data.val, train_cfg.eval_batch_size, pad, False, cfg.run.seed,
+                                         train_cfg.num_workers)
         self.batches_per_epoch = len(self.train_sampler.batches())
-        steps_per_epoch = math.ceil(self.batches_per_epoch / t.accumulate_steps)
-        self.total_steps = t.epochs * steps_per_epoch if t.max_steps is None else min(t.max_steps,
-                                                                                       t.epochs * steps_per_epoch)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        steps_per_epoch = math.ceil(self.batches_per_epoch / train_cfg.accumulate_steps)
+        self.total_steps = train_cfg.epochs * steps_per_epoch
+        if train_cfg.max_steps is not None:
+            self.total_steps = min(train_cfg.max_steps, self.total_steps)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=train_cfg.lr,
+                                           weight_decay=train_cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
-                                                           warmup_cosine(t.warmup_steps, self.total_steps))
-        self.use_autocast = t.amp
+                                                           warmup_cosine(train_cfg.warmup_steps, self.total_steps))
+        self.use_autocast = train_cfg.amp
         self.autocast_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.amp and self.device.type == "cuda")
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=train_cfg.amp and self.device.type == "cuda")
         self.progress = Progress()
         self.history: list[dict] = []
         self.step_log: list[dict] = []
@@ -180,7 +177,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _payload(self) -> dict:
-        p = self.progress
+        progress = self.progress
         return {
             "model": self.model.state_dict(),
             "config": self.cfg.to_dict(),
@@ -190,8 +187,9 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
-            "progress": {"epoch": p.epoch, "batch_in_epoch": p.batch_in_epoch, "global_step": p.global_step,
-                         "sums": asdict(p.sums), "bad_streak": self.bad_streak},
+            "progress": {"epoch": progress.epoch, "batch_in_epoch": progress.batch_in_epoch,
+                         "global_step": progress.global_step, "sums": asdict(progress.sums),
+                         "bad_streak": self.bad_streak},
             "rng": capture_rng_state(),
             "history": self.history,
             "step_log": self.step_log,
@@ -250,30 +248,29 @@ class Trainer:
         return digest.hexdigest()
 
     def _run_epoch(self) -> None:
-        t, p = self.cfg.train, self.progress
+        train_cfg, progress = self.cfg.train, self.progress
         started = time.perf_counter()
-        self.train_sampler.set_epoch(p.epoch, start_batch=p.batch_in_epoch)
-        if hasattr(self.data.train, "set_epoch"):
-            self.data.train.set_epoch(p.epoch)
+        self.train_sampler.set_epoch(progress.epoch, start_batch=progress.batch_in_epoch)
+        self.data.train.set_epoch(progress.epoch)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         in_group = 0
         show = sys.stdout.isatty() and not os.environ.get("CI")
-        bar = tqdm(self.train_loader, desc=f"epoch {p.epoch + 1}", disable=not show, leave=False)
+        bar = tqdm(self.train_loader, desc=f"epoch {progress.epoch + 1}", disable=not show, leave=False)
         for batch in bar:
-            if p.global_step >= self.total_steps:
+            if progress.global_step >= self.total_steps:
                 break
-            p.batch_in_epoch += 1
+            progress.batch_in_epoch += 1
             if not self._forward_backward(batch):
                 in_group = 0
                 continue
             in_group += 1
-            if in_group < t.accumulate_steps and p.batch_in_epoch < self.batches_per_epoch:
+            if in_group < train_cfg.accumulate_steps and progress.batch_in_epoch < self.batches_per_epoch:
                 continue
             in_group = 0
             self._optimizer_step()
             bar.set_postfix(loss=f"{self.step_log[-1]['loss']:.3f}" if self.step_log else "")
-            if t.checkpoint_every and p.global_step % t.checkpoint_every == 0:
+            if train_cfg.checkpoint_every and progress.global_step % train_cfg.checkpoint_every == 0:
                 self.save("last.pt")
             if self._stop_requested():
                 self.save("last.pt")
@@ -289,7 +286,7 @@ class Trainer:
     def _forward_backward(self, batch) -> bool:
         """Loss and gradients of one batch; False (gradients dropped) when the loss is not finite
         (on any rank, so that all ranks skip together)."""
-        t, p, sums = self.cfg.train, self.progress, self.progress.sums
+        train_cfg, progress, sums = self.cfg.train, self.progress, self.progress.sums
         batch = batch.to(self.device)
         with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, enabled=self.use_autocast):
             total, terms = self.loss_module(batch)
@@ -298,10 +295,11 @@ class Trainer:
         if self.ctx.enabled:
             finite = all_reduce_sum([0.0 if finite else 1.0], self.ctx, self.device)[0] == 0
         if not finite:
-            self._bad_batch(f"non-finite loss {float(loss.detach())} on batch {p.batch_in_epoch} of epoch {p.epoch + 1} "
+            self._bad_batch(f"non-finite loss {float(loss.detach())} on batch {progress.batch_in_epoch} of epoch "
+                            f"{progress.epoch + 1} "
                             f"(ids {batch.ids[:3]}...)")
             return False
-        self.scaler.scale(loss / t.accumulate_steps).backward()
+        self.scaler.scale(loss / train_cfg.accumulate_steps).backward()
         sums.loss += float(loss.detach())
         for key, value in terms.items():
             sums.terms[key] = sums.terms.get(key, 0.0) + float(value)
@@ -320,24 +318,24 @@ class Trainer:
                                 "for NaN/Inf")
 
     def _optimizer_step(self) -> None:
-        t, p = self.cfg.train, self.progress
+        train_cfg, progress = self.cfg.train, self.progress
         self.scaler.unscale_(self.optimizer)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), train_cfg.grad_clip)
         if not bool(torch.isfinite(grad_norm)) and not self.scaler.is_enabled():
-            self._bad_batch(f"non-finite gradient norm at step {p.global_step + 1}")
+            self._bad_batch(f"non-finite gradient norm at step {progress.global_step + 1}")
             return
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.bad_streak = 0
-        p.global_step += 1
-        if p.global_step % t.log_every == 0 or p.global_step == 1:
-            entry = {"step": p.global_step, **self._last_terms, "lr": self.scheduler.get_last_lr()[0],
+        progress.global_step += 1
+        if progress.global_step % train_cfg.log_every == 0 or progress.global_step == 1:
+            entry = {"step": progress.global_step, **self._last_terms, "lr": self.scheduler.get_last_lr()[0],
                      "grad_norm": float(grad_norm)}
             self.step_log.append(entry)
             terms = " ".join(f"{k}={v:.4f}" for k, v in entry.items() if k != "step")
-            self.log.info("epoch %d step %d %s", p.epoch + 1, p.global_step, terms)
+            self.log.info("epoch %d step %d %s", progress.epoch + 1, progress.global_step, terms)
 
     def _reduced_means(self) -> tuple[dict, int]:
         """Epoch means of the loss and its terms over all ranks, and the skipped batches of all ranks."""
@@ -350,20 +348,20 @@ class Trainer:
         return means, int(totals[-1])
 
     def _end_epoch(self, train_seconds: float) -> None:
-        p = self.progress
+        progress = self.progress
         started = time.perf_counter()
         means, skipped = self._reduced_means()
         val_cer = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else None
         barrier(self.ctx)
-        p.epoch += 1
-        p.batch_in_epoch = 0
-        p.sums = EpochSums()
+        progress.epoch += 1
+        progress.batch_in_epoch = 0
+        progress.sums = EpochSums()
         improved = val_cer is not None and val_cer < self.best_cer
         if improved:
             self.best_cer = val_cer
-        kept = val_cer is not None and self.kept_best.offer(p.epoch, val_cer)
+        kept = val_cer is not None and self.kept_best.offer(progress.epoch, val_cer)
         if kept and self.cfg.train.keep_best > 1:
-            self.save(self.kept_best.file_name(p.epoch))  # before last.pt, which records it as kept
+            self.save(self.kept_best.file_name(progress.epoch))  # before last.pt, which records it as kept
         self.save("last.pt")
         if improved:
             self.save("best.pt")
@@ -374,13 +372,13 @@ class Trainer:
 
     def _validate_and_record(self, means: dict, skipped: int, train_seconds: float, started: float) -> float:
         """Validation, results row, metrics files and plots (main process); -> the validation CER."""
-        p = self.progress
+        progress = self.progress
         scores, _, _ = evaluate(self.model, self.val_loader, self.tokenizer, self.device)
         row = {
             "run_id": self.run.run_id,
             "model_type": self.cfg.model.type,
-            "epoch": p.epoch + 1,
-            "step": p.global_step,
+            "epoch": progress.epoch + 1,
+            "step": progress.global_step,
             "train_loss": means["loss"],
             "ce_loss": means.get("ce", 0.0),
             "quantity_loss": means.get("quantity", 0.0),
@@ -432,8 +430,6 @@ def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
         path = resolve_checkpoint_path(resume)
         state = load_checkpoint(path)
         if "progress" not in state:
-            from paraformer_asr.errors import CheckpointError
-
             raise CheckpointError(f"{path} holds no training state (optimizer, progress); cannot resume from it")
         cfg = config_from_dict(state["config"])
     ctx = init_distributed(use_cuda=resolve_device(cfg.run.device).type == "cuda")

@@ -1,0 +1,276 @@
+"""Synthesising a spoken corpus with espeak-ng (scripts/make_speech_corpus.py): voices split by speaker between
+train/val/test, per-utterance prosody and noise drawn from (seed, split, index), WAVs plus JSON Lines manifests.
+
+``args`` below is the options namespace of scripts/make_speech_corpus.py (see its --help).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from paraformer_asr.data.audio import read_audio, write_audio
+from paraformer_asr.data.resample import resample
+from paraformer_asr.data.speech_corpus import load_phrases, parse_accent_list, phrase_vocabulary, split_accents
+from paraformer_asr.data.word_timing import draw_pauses, join_words
+from paraformer_asr.errors import DataError, UserError
+
+DIGIT_WORDS = {
+    "0": "zero", "1": "one", "2": "two", "3": "three", "4": "four",
+    "5": "five", "6": "six", "7": "seven", "8": "eight", "9": "nine",
+}
+ACCENTS = ["en", "en-us", "en-gb-scotland", "en-gb-x-rp", "en-gb-x-gbclan", "en-gb-x-gbcwmd", "en-029", "en-us-nyc"]
+FEMALE_VARIANTS = ["f1", "f2", "f3", "f4", "f5", "Alicia", "Andrea", "Annie", "anika", "aunty", "belinda", "grandma",
+                   "linda", "steph", "steph2", "steph3"]
+MALE_VARIANTS = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "Alex", "adam", "Andy", "benjamin", "caleb", "david",
+                 "ed", "edward", "Gene", "grandpa", "john", "klatt", "klatt2", "klatt3", "Lee", "max", "Michael",
+                 "Mike", "paul", "quincy", "robert", "travis", "victor"]
+SPLITS = ("train", "val", "test")
+RATE_WPM = (130, 200)
+PITCH = (25, 75)
+WORD_GAP_10MS = (0, 4)
+SNR_DB = (20.0, 35.0)
+PEAK = (0.3, 0.95)
+LEADING_SILENCE_S = (0.0, 0.15)
+
+
+@dataclass(frozen=True)
+class UtterancePlan:
+    split: str
+    index: int
+    text: str  # transcript (what the model predicts)
+    spoken: str  # what espeak-ng reads
+    voice: str  # accent+variant
+    variant: str
+    rate: int
+    pitch: int
+    word_gap: int
+    snr_db: float
+    peak: float
+    leading_silence_s: float
+    noise_seed: int
+
+    @property
+    def relative_path(self) -> str:
+        return f"wavs/{self.split}/{self.split}_{self.index:06d}.wav"
+
+
+def check_options(args) -> None:
+    """UserError for option values make_speech_corpus.py cannot work with (``args``: its parsed options)."""
+    counts = {"--num-train": args.num_train, "--num-val": args.num_val, "--num-test": args.num_test}
+    for name, value in counts.items():
+        if value < 0:
+            raise UserError(f"{name} must be >= 0, got {value}")
+    if sum(counts.values()) == 0:
+        raise UserError("nothing to generate: all of --num-train, --num-val, --num-test are 0")
+    if not 1 <= args.min_digits <= args.max_digits:
+        raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
+    if args.phrases is not None and args.vocab is not None:
+        raise UserError("--phrases and --vocab exclude each other: the phrases are what is spoken")
+    if args.word_times and args.transcript != "spoken" and args.phrases is None:
+        raise UserError("--word-times times the spoken words, so the transcript must be them: add --transcript spoken")
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.sample_rate < 8000:
+        raise UserError(f"--sample-rate must be >= 8000, got {args.sample_rate}")
+    for name in ("val_voice_fraction", "test_voice_fraction"):
+        if not 0.0 < getattr(args, name) < 0.5:
+            raise UserError(f"--{name.replace('_', '-')} must be in (0, 0.5), got {getattr(args, name)}")
+
+
+def load_vocabulary(path: Path | None) -> dict[str, str]:
+    if path is None:
+        return dict(DIGIT_WORDS)
+    try:
+        vocabulary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(f"cannot read vocabulary {path}: {err}") from None
+    if not isinstance(vocabulary, dict) or not vocabulary:
+        raise DataError(f"vocabulary {path} must be a non-empty JSON object {{token: spoken words}}")
+    for token, spoken in vocabulary.items():
+        if not token.strip() or not isinstance(spoken, str) or not spoken.strip():
+            raise DataError(f"vocabulary {path}: entry {token!r} needs a non-empty token and spoken text")
+    return vocabulary
+
+
+def espeak_data_folder() -> Path:
+    """Check espeak-ng is installed; return its data folder (holds the variant files)."""
+    if shutil.which("espeak-ng") is None:
+        raise UserError("espeak-ng is not installed (on Debian/Ubuntu: apt-get install espeak-ng)")
+    version = subprocess.run(["espeak-ng", "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"Data at:\s*(\S+)", version)
+    if match is None:
+        raise UserError(f"cannot find espeak-ng's data folder in: {version.strip()!r}")
+    return Path(match.group(1))
+
+
+def available(variants: list[str], data_folder: Path) -> list[str]:
+    """espeak-ng silently falls back to the default voice for an unknown variant, so check the files."""
+    return [variant for variant in variants if (data_folder / "voices" / "!v" / variant).is_file()]
+
+
+def split_variants(
+    female: list[str], male: list[str], seed: int, val_fraction: float, test_fraction: float
+) -> dict[str, list[str]]:
+    """Disjoint speaker variants per split, female and male variants split separately."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+    splits: dict[str, list[str]] = {split: [] for split in SPLITS}
+    for group in (female, male):
+        if len(group) < 3:
+            raise UserError(f"need at least 3 espeak-ng variants per gender to split by voice, found {group}")
+        shuffled = [group[i] for i in rng.permutation(len(group))]
+        num_test = max(1, round(test_fraction * len(group)))
+        num_val = max(1, round(val_fraction * len(group)))
+        splits["test"] += shuffled[:num_test]
+        splits["val"] += shuffled[num_test : num_test + num_val]
+        splits["train"] += shuffled[num_test + num_val :]
+    return splits
+
+
+def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[str]],
+                    accents: dict[str, list[str]] | None = None, phrases: list[str] | None = None):
+    """Every utterance's text and synthesis settings, a pure function of (seed, split, index).
+
+    accents: the accents each split draws from (default: all of ACCENTS everywhere); phrases: speak one of these
+    per utterance, transcribed as itself, instead of the vocabulary's tokens."""
+    tokens = sorted(vocabulary)
+    accents = accents or {split: ACCENTS for split in SPLITS}
+    plans = []
+    for split_index, (split, count) in enumerate(zip(SPLITS, (args.num_train, args.num_val, args.num_test))):
+        for index in range(count):
+            rng = np.random.default_rng(np.random.SeedSequence([args.seed, split_index, index]))
+            if phrases is None:
+                length = int(rng.integers(args.min_digits, args.max_digits + 1))
+                chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
+                spoken = " ".join(vocabulary[token] for token in chosen)
+                text = spoken if args.transcript == "spoken" else args.join.join(chosen)
+            else:
+                spoken = text = phrases[int(rng.integers(0, len(phrases)))]
+            variant = variants[split][int(rng.integers(0, len(variants[split])))]
+            accent = accents[split][int(rng.integers(0, len(accents[split])))]
+            plans.append(UtterancePlan(
+                split=split,
+                index=index,
+                text=text,
+                spoken=spoken,
+                voice=f"{accent}+{variant}",
+                variant=variant,
+                rate=int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
+                pitch=int(rng.integers(PITCH[0], PITCH[1] + 1)),
+                word_gap=int(rng.integers(WORD_GAP_10MS[0], WORD_GAP_10MS[1] + 1)),
+                snr_db=float(rng.uniform(*SNR_DB)),
+                peak=float(rng.uniform(*PEAK)),
+                leading_silence_s=float(rng.uniform(*LEADING_SILENCE_S)),
+                noise_seed=int(rng.integers(0, 2**63 - 1)),
+            ))
+    return plans
+
+
+def speak(plan: UtterancePlan, text: str, sample_rate: int, scratch: Path) -> torch.Tensor:
+    """espeak-ng reads ``text`` with the plan's voice, rate, pitch and word gap -> mono waveform [N] at sample_rate."""
+    raw_path = scratch / f"{plan.split}_{plan.index:06d}.wav"
+    command = ["espeak-ng", "-v", plan.voice, "-s", str(plan.rate), "-p", str(plan.pitch), "-g", str(plan.word_gap),
+               "-w", str(raw_path), text]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise UserError(f"espeak-ng failed ({' '.join(command)}): {result.stderr.strip()}")
+    samples, rate = read_audio(raw_path)  # [C, N]
+    raw_path.unlink()
+    return resample(samples.mean(dim=0).double(), rate, sample_rate)  # [N]
+
+
+def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path,
+               word_times: bool = False) -> tuple[float, list[dict] | None]:
+    """Synthesise one utterance, post-process, write the WAV. Returns its duration in seconds and, with
+    ``word_times``, its timed words."""
+    if word_times:
+        words = plan.spoken.split()
+        pauses, trailing = draw_pauses(len(words) - 1, plan.noise_seed)
+        clips = [speak(plan, word, sample_rate, scratch) for word in words]
+        try:
+            speech, timed = join_words(words, clips, pauses, plan.leading_silence_s, trailing, sample_rate)
+        except ValueError as err:
+            raise UserError(f"{plan.relative_path}: {err}") from None
+    else:
+        speech, timed = speak(plan, plan.spoken, sample_rate, scratch), None
+        speech = torch.cat([torch.zeros(round(plan.leading_silence_s * sample_rate), dtype=torch.float64), speech])
+    speech = speech * (plan.peak / speech.abs().max().clamp(min=1e-9))
+    noise = torch.randn(speech.numel(), generator=torch.Generator().manual_seed(plan.noise_seed), dtype=torch.float64)
+    noise_rms = speech.square().mean().sqrt() / (10.0 ** (plan.snr_db / 20.0))
+    noisy = (speech + noise * noise_rms).clamp(-1.0, 1.0)
+    target = out / plan.relative_path
+    write_audio(target, noisy, sample_rate)
+    return noisy.numel() / sample_rate, timed
+
+
+def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict] | None]) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for plan, timed in zip(plans, words):
+            record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}"}
+            if timed is not None:
+                record["words"] = timed
+            handle.write(json.dumps(record) + "\n")
+
+
+def generate(args) -> dict:
+    vocabulary = load_vocabulary(args.vocab)
+    data_folder = espeak_data_folder()
+    variants = split_variants(
+        available(FEMALE_VARIANTS, data_folder), available(MALE_VARIANTS, data_folder), args.seed,
+        args.val_voice_fraction, args.test_voice_fraction,
+    )
+    accents = split_accents(ACCENTS, parse_accent_list(args.val_accents, "--val-accents", ACCENTS),
+                            parse_accent_list(args.test_accents, "--test-accents", ACCENTS))
+    phrases = load_phrases(args.phrases) if args.phrases is not None else None
+    plans = plan_utterances(args, vocabulary, variants, accents, phrases)
+    for split in SPLITS:
+        (args.out / "wavs" / split).mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)  # the parallelism is across utterances
+    started = time.perf_counter()
+    show_progress = sys.stdout.isatty() and not os.environ.get("CI")
+    with tempfile.TemporaryDirectory(prefix="espeak_", dir=args.out) as scratch, \
+            ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        jobs = pool.map(lambda plan: synthesise(plan, args.out, args.sample_rate, Path(scratch), args.word_times),
+                        plans)
+        results = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
+    durations = [duration for duration, _ in results]
+    elapsed = time.perf_counter() - started
+    text_source = ({"phrases": args.phrases, "distinct_phrases": len(set(phrases)),
+                    "distinct_words": len(phrase_vocabulary(phrases))} if phrases is not None else
+                   {"vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
+                    "min_tokens": args.min_digits, "max_tokens": args.max_digits})
+    summary = {"seed": args.seed, "sample_rate": args.sample_rate, **text_source, "word_times": args.word_times,
+               "accents": ACCENTS,
+               "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
+    for split in SPLITS:
+        chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
+        split_plans = [plan for plan, _ in chosen]
+        write_manifest(args.out / f"{split}.jsonl", split_plans,
+                       [timed for plan, (_, timed) in zip(plans, results) if plan.split == split])
+        seconds = sum(duration for _, duration in chosen)
+        summary["splits"][split] = {
+            "utterances": len(chosen),
+            "hours": round(seconds / 3600, 4),
+            "mean_duration_s": round(seconds / len(chosen), 3) if chosen else 0.0,
+            "variants": variants[split],
+            "variants_used": sorted({plan.variant for plan in split_plans}),
+            "accents": accents[split],
+            "accents_used": sorted({plan.voice.split("+")[0] for plan in split_plans}),
+        }
+    summary["total_hours"] = round(sum(s["hours"] for s in summary["splits"].values()), 4)
+    summary["example"] = asdict(plans[0])
+    (args.out / "corpus.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
