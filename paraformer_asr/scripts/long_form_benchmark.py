@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
+from paraformer_asr.decode.long_form_benchmark import benchmark_recordings, markdown_rows
 from paraformer_asr.errors import ConfigError, DataError
 
 
@@ -35,8 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     for recording in args.recordings:
         if not Path(recording).is_file():
             raise DataError(f"recording not found: {recording}")
-
-    from paraformer_asr.decode.long_form_benchmark import benchmark_recordings, markdown_rows
 
     rows = benchmark_recordings(args.checkpoint, args.recordings, tuple(infer_args), args.repeats)
     for row in rows:

@@ -18,7 +18,7 @@ from paraformer_asr.data.long_recording import join_utterances, noise_floor
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
 from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, WindowReader, append_in_order, energy_profile,
-                                            has_word_separators, keep_between, plan_recording, plan_windows,
+                                            has_word_separators, plan_recording, plan_windows,
                                             speech_runs, stitch_by_text, stitch_by_times, stitched_windows,
                                             text_overlap_cut,
                                             transcribe_long, window_units)
@@ -26,7 +26,7 @@ from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import LoadedModel
 from paraformer_asr.models.factory import build_model
 
-from asr_helpers import PROJECT, speech_like
+from asr_helpers import PROJECT, load_script, speech_like
 from asr_reference import loop_speech_runs
 
 RATE = 16000
@@ -403,15 +403,6 @@ def test_the_autoregressive_baseline_gives_stitched_text_without_times(tmp_path)
 
 
 # ---------------------------------------------------------------- scripts on long files
-
-
-def load_script(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"asr_longform_script_{name}", PROJECT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ is spoken only in that split, never in training, so a model is chosen and tested
 from __future__ import annotations
 
 import itertools
-import re
 from pathlib import Path
 
 from paraformer_asr.errors import DataError
