@@ -5,7 +5,7 @@ import torch
 
 from paraformer_asr.benchmark import loop_cif
 from paraformer_asr.checks import lengths_to_mask
-from paraformer_asr.models.cif import CifPredictor, cif_integrate, inference_token_count
+from paraformer_asr.models.cif import CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count
 
 
 def _random_case(seed: int, batch=5, frames=60, dim=8, scale=0.9):
@@ -68,3 +68,35 @@ def test_predictor_scales_to_target_length_and_gradients_flow():
     assert torch.allclose(cif.alpha_sum, cif.alphas.sum(1))
     cif.embeddings.sum().backward()
     assert hidden.grad is not None and all(p.grad is not None for p in pred.parameters())
+
+
+def test_fit_alpha_scale_is_the_ratio_of_total_tokens_to_total_alpha():
+    assert fit_alpha_scale(torch.tensor([2.0, 3.0]), torch.tensor([3, 3])) == pytest.approx(6 / 5)
+    assert fit_alpha_scale(torch.tensor([4.0]), torch.tensor([4])) == 1.0
+    assert fit_alpha_scale(torch.zeros(3), torch.tensor([1, 2, 3])) == 1.0  # no mass to scale
+
+
+def test_alpha_scale_multiplies_the_inference_alphas_only():
+    torch.manual_seed(0)
+    pred = CifPredictor(16, dropout=0.0).eval()
+    hidden = torch.randn(3, 30, 16)
+    mask = lengths_to_mask(torch.tensor([30, 22, 9]))
+    plain = pred(hidden, mask)
+    pred.alpha_scale.fill_(1.7)
+    scaled = pred(hidden, mask)
+    assert torch.equal(scaled.alphas, plain.alphas) and torch.equal(scaled.alpha_sum, plain.alpha_sum)  # raw
+    assert torch.allclose(scaled.integrated_alphas, 1.7 * plain.alphas)
+    assert torch.equal(scaled.num_tokens, inference_token_count(1.7 * plain.alphas))
+    targets = torch.tensor([4, 3, 2])  # training: scaled to the targets, the calibration plays no part
+    assert torch.allclose(pred(hidden, mask, targets).integrated_alphas, plain.alphas * (targets / plain.alpha_sum)[:, None])
+
+
+def test_alpha_scale_round_trips_and_old_state_dicts_load_with_scale_one():
+    pred = CifPredictor(8)
+    pred.alpha_scale.fill_(1.03)
+    restored = CifPredictor(8)
+    restored.load_state_dict(pred.state_dict())
+    assert float(restored.alpha_scale) == pytest.approx(1.03)
+    old = {k: v for k, v in pred.state_dict().items() if k != "alpha_scale"}  # written before the buffer existed
+    restored.load_state_dict(old)  # strict
+    assert float(restored.alpha_scale) == 1.0

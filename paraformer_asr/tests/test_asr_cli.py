@@ -11,7 +11,8 @@ import yaml
 from asr_helpers import run_script, tiny_raw_config
 
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
-                   "val_token_accuracy", "val_sequence_accuracy", "lr", "epoch_seconds"]
+                   "val_token_accuracy", "val_sequence_accuracy", "cif_alpha_scale", "lr",
+                   "epoch_seconds"]
 SCORE_KEYS = {"cer", "wer", "token_accuracy", "sequence_accuracy", "length_accuracy", "num_utterances", "rtf"}
 
 

@@ -93,3 +93,25 @@ def test_compiled_model_matches_eager(tiny_cfg, tiny_data, tiny_batch):
     compile_stacks(model, "eager")
     assert torch.allclose(model.compute_loss(tiny_batch).total, expected, atol=1e-5)
     assert set(model.state_dict()) == set(build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).state_dict())
+
+
+@pytest.mark.parametrize("calibrate", [True, False])
+def test_validation_refits_the_cif_alpha_scale_and_checkpoints_keep_it(tmp_path, calibrate):
+    trainer = _trainer(tmp_path, epochs=1, calibrate_cif=calibrate)
+    trainer.fit()
+    model, recorded = trainer.model, trainer.history[-1]["cif_alpha_scale"]
+    stored = torch.load(trainer.run.checkpoints / "last.pt", weights_only=True)["model"]["predictor.alpha_scale"]
+    assert float(stored) == float(model.predictor.alpha_scale)
+    if not calibrate:
+        assert recorded is None and float(stored) == 1.0
+        return
+    assert recorded == pytest.approx(float(stored)) and recorded != 1.0
+    # The refitted scale makes the validation set's predicted token counts right on average.
+    model.eval()
+    total_alpha, total_tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in trainer.val_loader:
+            encoder_out, enc_mask = model.encode(batch.features, batch.feat_mask)
+            total_alpha += float(model.predictor(encoder_out, enc_mask).integrated_alphas.sum())
+            total_tokens += int(batch.token_lengths.sum())
+    assert total_alpha == pytest.approx(total_tokens, rel=1e-5)

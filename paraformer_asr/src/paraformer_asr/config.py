@@ -130,6 +130,7 @@ class TrainConfig:
     compile_backend: str = field(default="inductor", metadata=_choices("inductor", "aot_eager", "eager"))
     plot_utterances: int = 3
     keep_best: int = 1  # N > 1: also keep checkpoints/best_epoch{E}.pt of the N best epochs by validation CER
+    calibrate_cif: bool = True  # Paraformer: refit the CIF's inference alpha scale on the validation set each epoch
 
 
 @dataclass

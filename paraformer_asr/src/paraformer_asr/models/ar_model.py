@@ -124,6 +124,7 @@ class TransformerAR(nn.Module):
     """Encoder (shared with the Paraformer) + autoregressive decoder (+ optional CTC head on the encoder)."""
 
     gives_timestamps = False  # no CIF: its tokens carry no times
+    calibrates_cif = False  # no CIF: nothing to calibrate
 
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):

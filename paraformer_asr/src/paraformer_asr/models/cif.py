@@ -13,10 +13,19 @@ ceil(max alpha) + 1 consecutive tokens, so the weights are computed for those ca
 and scatter-added into the token slots with ``index_add`` (no loop over frames).
 
 Token count: in training, the alphas are scaled so that they sum to the target length N
-(exactly N tokens fire). At inference N = floor(c_T) + [frac(c_T) >= tail_threshold], i.e.
-round(sum alpha) for tail_threshold 0.5: the leftover mass after the last full fire becomes a
-final token only if it is at least ``tail_threshold``, and such a partial token (mass < 1) is
-divided by its mass so that every acoustic embedding is a weighted mean of frames.
+(exactly N tokens fire). At inference the alphas are first multiplied by ``alpha_scale`` (a
+calibration buffer, 1 until :func:`fit_alpha_scale` sets it; see below), then
+N = floor(c_T) + [frac(c_T) >= tail_threshold], i.e. round(sum alpha) for tail_threshold 0.5:
+the leftover mass after the last full fire becomes a final token only if it is at least
+``tail_threshold``, and such a partial token (mass < 1) is divided by its mass so that every
+acoustic embedding is a weighted mean of frames.
+
+Why a calibration scale: the predictor learns sum(alpha) ~ N on training inputs, seen through
+dropout and SpecAugment; without them (inference) its sums come out a few percent low, and by an
+amount that drifts from epoch to epoch, so words go missing, mostly where two of them run
+together. ``alpha_scale`` = sum(N) / sum(alpha) over held-out utterances (the validation set,
+refitted at every validation by the training loop) removes that bias, like the running
+statistics of a batch norm: estimated from data, never trained by gradient.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ MIN_MASS = 1e-6
 class CifOutput:
     """alphas [B, T] raw predictor weights (0 on padding); alpha_sum [B] their sum (quantity);
     integrated_alphas [B, T] the weights actually integrated (scaled to the target length in
-    training, equal to ``alphas`` at inference); embeddings [B, N, D]; token_mask [B, N] bool;
+    training, ``alphas`` x the ``alpha_scale`` calibration at inference); embeddings [B, N, D]; token_mask [B, N] bool;
     num_tokens [B] long; fire_frames [B, N] long (frame where token k fired, -1 on padding)."""
 
     alphas: torch.Tensor
@@ -57,6 +66,18 @@ class CifOutput:
         embeddings = self.embeddings[:, :width] * token_mask.unsqueeze(-1).to(self.embeddings.dtype)  # [B, N', D]
         return replace(self, embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens,
                        fire_frames=self.fire_frames[:, :width].masked_fill(~token_mask, -1))
+
+
+def fit_alpha_scale(alpha_sums: torch.Tensor, target_lengths: torch.Tensor) -> float:
+    """The inference scale that makes the predicted token counts right on average over a set of utterances:
+    alpha_sums [U] (raw sums of alpha, threshold units), target_lengths [U] -> sum(N) / sum(alpha_sum) as a
+    float; 1.0 when there is no alpha mass to scale."""
+    dims = assert_shape(alpha_sums, "U", "alpha_sums")
+    assert_shape(target_lengths, "U", "target_lengths", dims)
+    total_alpha = float(alpha_sums.double().sum())
+    if total_alpha < MIN_MASS:
+        return 1.0
+    return float(target_lengths.double().sum()) / total_alpha
 
 
 def inference_token_count(alphas: torch.Tensor, tail_threshold: float = 0.5) -> torch.Tensor:
@@ -133,8 +154,9 @@ class CifPredictor(nn.Module):
     """Conv1d over time -> ReLU -> dropout -> Linear -> sigmoid gives alpha per encoder frame.
 
     forward(hidden [B, T, D], mask [B, T] bool, target_lengths [B] | None) -> CifOutput.
-    With ``target_lengths`` (training) the alphas are scaled to sum to them; without, the token
-    count comes from :func:`inference_token_count`.
+    With ``target_lengths`` (training) the alphas are scaled to sum to them; without, they are multiplied
+    by the ``alpha_scale`` buffer (see the module docstring) and the token count comes from
+    :func:`inference_token_count`.
     """
 
     def __init__(self, d_model: int, kernel_size: int = 3, threshold: float = 1.0, tail_threshold: float = 0.5,
@@ -146,6 +168,12 @@ class CifPredictor(nn.Module):
         self.conv = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2)
         self.dropout = nn.Dropout(dropout)
         self.proj = nn.Linear(d_model, 1)
+        self.register_buffer("alpha_scale", torch.ones(()))  # scalar, set by fit_alpha_scale, not by gradient
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checkpoints written before the calibration scale existed hold no alpha_scale: they keep the raw alphas.
+        state_dict.setdefault(prefix + "alpha_scale", torch.ones(()))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def predict_alphas(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """hidden [B, T, D], mask [B, T] -> alphas [B, T] in (0, 1), exactly 0 on padding."""
@@ -172,8 +200,8 @@ class CifPredictor(nn.Module):
                 integrated = units * scale.unsqueeze(1)
                 num_tokens = target_lengths.long()
             else:
-                integrated = units
-                num_tokens = inference_token_count(units, self.tail_threshold / self.threshold)
+                integrated = units * self.alpha_scale
+                num_tokens = inference_token_count(integrated, self.tail_threshold / self.threshold)
             embeddings, token_mask, fire_frames = cif_integrate(hidden32, integrated, num_tokens)
         return CifOutput(alphas=alphas, alpha_sum=alpha_sum, integrated_alphas=integrated,
                          embeddings=embeddings.to(hidden.dtype), token_mask=token_mask, num_tokens=num_tokens,

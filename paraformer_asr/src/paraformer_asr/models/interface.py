@@ -8,6 +8,9 @@
     gives_timestamps: bool class attribute, True when the model also offers
         decode_with_cif(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, cif)
         (token times from its CIF predictor: decode/timestamps.py)
+    calibrates_cif: bool class attribute, True when the model also offers
+        calibrate_alpha_scale(batches, device) -> float (refits the CIF's inference scale on held-out
+        utterances; models/cif.py)
     encoder: the shared speech encoder (models/encoder.py); decoder: the model's decoder stack
 """
 

@@ -5,6 +5,8 @@ It offers the model interface of models/interface.py.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import torch
 import torch.nn as nn
 
@@ -14,7 +16,7 @@ from paraformer_asr.data.batching import Batch
 from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
 from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
-from paraformer_asr.models.cif import CifOutput, CifPredictor
+from paraformer_asr.models.cif import CifOutput, CifPredictor, fit_alpha_scale
 from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
@@ -25,6 +27,7 @@ from paraformer_asr.models.targets import append_eos
 
 class Paraformer(nn.Module):
     gives_timestamps = True  # token times from the CIF: decode_with_cif + decode/timestamps.py
+    calibrates_cif = True  # calibrate_alpha_scale: the CIF's inference scale from held-out utterances
 
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):
@@ -92,6 +95,25 @@ class Paraformer(nn.Module):
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
+
+    @torch.no_grad()
+    def calibrate_alpha_scale(self, batches: Iterable[Batch], device: torch.device) -> float:
+        """Refit the predictor's inference ``alpha_scale`` on held-out utterances so that their predicted token
+        counts are right on average (models/cif.py, :func:`fit_alpha_scale`) -> the new scale. The alphas are
+        computed as at inference (eval mode); the training mode is restored afterwards."""
+        was_training = self.training
+        self.eval()
+        alpha_sums, target_lengths = [], []
+        for batch in batches:
+            batch = batch.to(device)
+            encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
+            alphas = self.predictor.predict_alphas(encoder_out.float(), enc_mask)  # [B, T'] raw
+            alpha_sums.append(alphas.sum(dim=1) / self.predictor.threshold)  # [B]
+            target_lengths.append(self.decoder_targets(batch.tokens, batch.token_lengths)[1])  # [B]
+        scale = fit_alpha_scale(torch.cat(alpha_sums), torch.cat(target_lengths))
+        self.predictor.alpha_scale.fill_(scale)
+        self.train(was_training)
+        return scale
 
     @torch.no_grad()
     def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:

@@ -353,6 +353,9 @@ class Trainer:
         means, skipped = self._reduced_means()
         val_cer = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else None
         barrier(self.ctx)
+        if self.ctx.enabled and self.model.calibrates_cif:  # the main process refitted it on the validation set
+            scale = self.model.predictor.alpha_scale
+            scale.fill_(broadcast_object(float(scale), self.ctx))
         progress.epoch += 1
         progress.batch_in_epoch = 0
         progress.sums = EpochSums()
@@ -373,6 +376,9 @@ class Trainer:
     def _validate_and_record(self, means: dict, skipped: int, train_seconds: float, started: float) -> float:
         """Validation, results row, metrics files and plots (main process); -> the validation CER."""
         progress = self.progress
+        alpha_scale = None
+        if self.cfg.train.calibrate_cif and self.model.calibrates_cif:
+            alpha_scale = self.model.calibrate_alpha_scale(self.val_loader, self.device)  # before decoding val
         scores, _, _ = evaluate(self.model, self.val_loader, self.tokenizer, self.device)
         row = {
             "run_id": self.run.run_id,
@@ -389,15 +395,17 @@ class Trainer:
             "val_sequence_accuracy": scores["sequence_accuracy"],
             "val_length_accuracy": scores["length_accuracy"],
             "val_rtf": scores["rtf"],
+            "cif_alpha_scale": alpha_scale,
             "skipped_batches": skipped,
             "lr": self.scheduler.get_last_lr()[0],
             "epoch_seconds": train_seconds + time.perf_counter() - started,
         }
         self.history.append(row)
         terms = "".join(f" {name} {value:.4f}" for name, value in means.items() if name != "loss")  # ce, quantity, ctc
-        self.log.info("epoch %d: train_loss %.4f%s | val CER %.4f token_acc %.4f seq_acc %.4f len_acc %.4f | %.1fs",
+        scale = "" if alpha_scale is None else f" alpha_scale {alpha_scale:.4f}"
+        self.log.info("epoch %d: train_loss %.4f%s | val CER %.4f token_acc %.4f seq_acc %.4f len_acc %.4f%s | %.1fs",
                       row["epoch"], row["train_loss"], terms, row["val_cer"], row["val_token_accuracy"],
-                      row["val_sequence_accuracy"], row["val_length_accuracy"], row["epoch_seconds"])
+                      row["val_sequence_accuracy"], row["val_length_accuracy"], scale, row["epoch_seconds"])
         self.run.write_metrics(self.history)
         self._plot()
         return row["val_cer"]

@@ -12,7 +12,8 @@ from pathlib import Path
 from paraformer_asr.config import Config, save_config
 
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
-                   "val_token_accuracy", "val_sequence_accuracy", "lr", "epoch_seconds"]
+                   "val_token_accuracy", "val_sequence_accuracy", "cif_alpha_scale", "lr",
+                   "epoch_seconds"]
 LOGGER_NAME = "paraformer_asr"
 
 
