@@ -1,8 +1,6 @@
 """Refitting a finished checkpoint's CIF calibration (training/calibration.py, scripts/calibrate_cif.py)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,7 +14,7 @@ from paraformer_asr.training.checkpointing import load_checkpoint, save_checkpoi
 from paraformer_asr.training.loop import Trainer
 from paraformer_asr.training.run_folder import RunFolder
 
-from asr_helpers import PROJECT, tiny_model, tiny_raw_config
+from asr_helpers import run_script, tiny_model, tiny_raw_config
 
 
 @pytest.fixture(scope="module")
@@ -62,15 +60,9 @@ def test_calibrating_a_model_without_a_cif_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_calibrate_cif_script_writes_a_checkpoint_eval_reads(uncalibrated_run, tmp_path):
-    def run(script, *args):
-        return subprocess.run([sys.executable, str(PROJECT / "scripts" / script), *map(str, args)], cwd=tmp_path,
-                              capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
-
-    done = run("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "calibrated.pt")
-    assert done.returncode == 0, done.stderr
+    done = run_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "calibrated.pt", cwd=tmp_path)
     assert done.stdout.strip() == "calibrated.pt" and "alpha_scale 1.0000 -> " in done.stderr
-    scores = run("eval.py", "--checkpoint", "calibrated.pt")
-    assert scores.returncode == 0, scores.stderr
+    scores = run_script("eval.py", "--checkpoint", "calibrated.pt", cwd=tmp_path)
     assert json.loads(scores.stdout)["num_utterances"] == 16
-    missing = run("calibrate_cif.py", "--checkpoint", "nowhere.pt", "--out", "x.pt")
+    missing = run_script("calibrate_cif.py", "--checkpoint", "nowhere.pt", "--out", "x.pt", cwd=tmp_path, check=False)
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "Traceback" not in missing.stderr
