@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
+from torch.utils.data import DataLoader
 
 from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.audio import load_audio
 from paraformer_asr.data.frontend import FeatureNormalizer
-from paraformer_asr.data.setup import make_frontend, manifest_dataset
+from paraformer_asr.data.setup import make_frontend, make_loader, manifest_dataset
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
@@ -42,7 +43,11 @@ def resolve_eval_checkpoint(path: str | Path) -> Path:
 
 def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
     path = resolve_eval_checkpoint(path)
-    state = load_checkpoint(path)
+    return model_from_checkpoint(load_checkpoint(path), path, device)
+
+
+def model_from_checkpoint(state: dict, path: Path, device: torch.device) -> LoadedModel:
+    """The model of an already loaded checkpoint ``state`` (read from ``path``), in eval mode on ``device``."""
     try:
         cfg = config_from_dict(state["config"])
     except ConfigError as exc:
@@ -116,3 +121,13 @@ def evaluation_dataset(loaded: LoadedModel, split: str = "val", manifest: str | 
     if path is None:
         return ToySeq2SeqDataset.from_config(loaded.cfg.data.toy, split, loaded.tokenizer)
     return manifest_dataset(loaded.cfg, path, loaded.tokenizer, loaded.normalizer)
+
+
+def evaluation_loader(loaded: LoadedModel, split: str = "val", manifest: str | None = None,
+                      batch_size: int = 64) -> DataLoader:
+    """Batches of :func:`evaluation_dataset` in a fixed order; DataError when the set is empty."""
+    dataset = evaluation_dataset(loaded, split, manifest)
+    if len(dataset) == 0:
+        raise DataError(f"the set to evaluate on is empty ({manifest or split})")
+    loader, _ = make_loader(dataset, batch_size, loaded.tokenizer.pad_id, shuffle=False, seed=0)
+    return loader

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import torch
 
-from paraformer_asr.data.setup import make_loader
-from paraformer_asr.errors import CheckpointError, DataError
-from paraformer_asr.inference import evaluation_dataset, evaluation_manifest, load_trained_model
+from paraformer_asr.errors import CheckpointError
+from paraformer_asr.inference import (evaluation_loader, evaluation_manifest, model_from_checkpoint,
+                                      resolve_eval_checkpoint)
 from paraformer_asr.training.checkpointing import load_checkpoint
 
 
@@ -23,18 +23,16 @@ def calibrate_checkpoint(path: str | Path, split: str = "val", manifest: str | N
 
     The scale is fitted on the checkpoint's ``split`` (its config's manifest, or its toy split) or on ``manifest``."""
     device = device or torch.device("cpu")
-    loaded = load_trained_model(path, device)
+    checkpoint = resolve_eval_checkpoint(path)
+    payload = load_checkpoint(checkpoint)
+    loaded = model_from_checkpoint(payload, checkpoint, device)
     if not loaded.model.calibrates_cif:
-        raise CheckpointError(f"{loaded.path}: a {loaded.cfg.model.type} model has no CIF predictor to calibrate")
-    dataset = evaluation_dataset(loaded, split, manifest)
-    if len(dataset) == 0:
-        raise DataError("the calibration set is empty")
-    loader, _ = make_loader(dataset, batch_size, loaded.tokenizer.pad_id, shuffle=False, seed=0)
+        raise CheckpointError(f"{checkpoint}: a {loaded.cfg.model.type} model has no CIF predictor to calibrate")
+    loader = evaluation_loader(loaded, split, manifest, batch_size)
     old_scale = float(loaded.model.predictor.alpha_scale)
     new_scale = loaded.model.calibrate_alpha_scale(loader, device)
-    payload = load_checkpoint(loaded.path)
-    payload["model"] = {name: tensor.cpu() for name, tensor in loaded.model.state_dict().items()}
-    payload["calibrated_on"] = {"source": str(loaded.path),
+    payload["model"]["predictor.alpha_scale"] = loaded.model.predictor.alpha_scale.cpu()
+    payload["calibrated_on"] = {"source": str(checkpoint),
                                 "data": evaluation_manifest(loaded, split, manifest) or f"toy:{split}",
-                                "utterances": len(dataset), "alpha_scale": new_scale}
+                                "utterances": len(loader.dataset), "alpha_scale": new_scale}
     return payload, old_scale, new_scale

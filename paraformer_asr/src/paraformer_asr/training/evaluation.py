@@ -8,14 +8,14 @@ from torch.utils.data import DataLoader
 
 from paraformer_asr.data.audio import audio_info, segment_frames
 from paraformer_asr.data.manifest import ManifestEntry, read_manifest
-from paraformer_asr.data.setup import check_vocabulary, make_loader, training_transcripts
+from paraformer_asr.data.setup import check_vocabulary, training_transcripts
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.lm_fusion import build_char_lm
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
 from paraformer_asr.decode.search import Transcript, transcribe_batches
 from paraformer_asr.decode.timestamps import FrameClock, frame_clock, word_times
-from paraformer_asr.errors import ConfigError, DataError
-from paraformer_asr.inference import LoadedModel, evaluation_dataset, evaluation_manifest
+from paraformer_asr.errors import ConfigError
+from paraformer_asr.inference import LoadedModel, evaluation_loader, evaluation_manifest
 from paraformer_asr.metrics import score_transcripts, word_boundary_errors
 
 
@@ -121,10 +121,7 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
                                                  progress=progress)
         scores["long_form"] = True
     else:
-        dataset = evaluation_dataset(loaded, split, manifest)
-        if len(dataset) == 0:
-            raise DataError("the evaluation set is empty")
-        loader, _ = make_loader(dataset, batch_size, loaded.tokenizer.pad_id, shuffle=False, seed=0)
+        loader = evaluation_loader(loaded, split, manifest, batch_size)
         clock = frame_clock(loaded.cfg) if loaded.model.gives_timestamps else None
         with torch.no_grad():
             scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, decode, beam_size,
