@@ -107,6 +107,22 @@ def tiny_audio_config(manifest: Path, output_dir: Path, name: str, epochs: int) 
     }
 
 
+def untrained_audio_model(seed: int = 0):
+    """A LoadedModel of the tiny audio Paraformer (tiny_audio_config, 20 log-mels, a digit-and-space vocabulary)
+    with seeded random weights and no normaliser: nothing to train, for tests of the plumbing (service, batching,
+    short clips), not of accuracy."""
+    from paraformer_asr.config import config_from_dict
+    from paraformer_asr.data.tokenizer import CharTokenizer
+    from paraformer_asr.inference import LoadedModel
+    from paraformer_asr.models.factory import build_model
+
+    cfg = config_from_dict(tiny_audio_config(Path("unused.jsonl"), Path("runs"), "untrained", epochs=1))
+    tokenizer = CharTokenizer.build(["0123456789 "])
+    torch.manual_seed(seed)
+    model = build_model(cfg, cfg.data.n_mels, tokenizer).eval()
+    return LoadedModel(model, cfg, tokenizer, None, cfg.data.n_mels, Path("untrained"))
+
+
 @contextlib.contextmanager
 def served(app, wait_s: float = 60.0):
     """``app`` under uvicorn on a free 127.0.0.1 port in a background thread; yields its base URL, stops it after."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch.utils.data import Sampler
@@ -45,6 +45,20 @@ class Batch:
     @property
     def size(self) -> int:
         return self.features.shape[0]
+
+
+def pad_short_utterances(batch: Batch, min_frames: int) -> tuple[Batch, torch.Tensor]:
+    """Utterances shorter than ``min_frames`` (the encoder's subsampling needs at least that many) lengthened to it
+    with zero frames, as batch padding is. -> (the batch, too_short [B] bool). A clip that short (under ~70 ms at
+    4x subsampling) holds no word: decoders give it an empty hypothesis (decode/search.py)."""
+    too_short = batch.feat_lengths < min_frames  # [B]
+    if not bool(too_short.any()):
+        return batch, too_short
+    missing = max(0, min_frames - batch.features.shape[1])
+    features = torch.nn.functional.pad(batch.features, (0, 0, 0, missing))  # [B, max(T_max, min_frames), F]
+    feat_lengths = batch.feat_lengths.clamp(min=min_frames)  # [B]
+    feat_mask = lengths_to_mask(feat_lengths, features.shape[1])
+    return replace(batch, features=features, feat_lengths=feat_lengths, feat_mask=feat_mask), too_short
 
 
 def _pad_stack(tensors: list[torch.Tensor], fill: float | int) -> torch.Tensor:

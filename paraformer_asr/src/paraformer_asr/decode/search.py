@@ -9,7 +9,8 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from paraformer_asr.data.batching import Batch
+from paraformer_asr.config import MIN_INPUT_FRAMES
+from paraformer_asr.data.batching import Batch, pad_short_utterances
 from paraformer_asr.decode.timestamps import FrameClock, decoded_token_times
 from paraformer_asr.errors import ConfigError
 
@@ -41,16 +42,18 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``.
     With a ``clock`` (decode/timestamps.py) every token also gets its CIF times; only models with
-    ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise."""
+    ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise. An utterance too short for the encoder's
+    subsampling (fewer than ``MIN_INPUT_FRAMES`` frames, e.g. a 30 ms clip) gets an empty hypothesis."""
     if method not in ("greedy", "beam"):
         raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
     if clock is not None:
         require_timestamps(model)
     model.eval()
+    min_frames = MIN_INPUT_FRAMES[model.encoder.subsampling_factor]
     transcripts: list[Transcript] = []
     seconds = 0.0
     for batch in batches:
-        batch = batch.to(device)
+        batch, too_short = pad_short_utterances(batch.to(device), min_frames)  # too_short [B]
         start = time.perf_counter()
         times = None
         if clock is not None:
@@ -66,7 +69,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds += time.perf_counter() - start
-        tokens, lengths = tokens.cpu().tolist(), lengths.cpu().tolist()
+        tokens, lengths = tokens.cpu().tolist(), lengths.masked_fill(too_short, 0).cpu().tolist()
         ref_lengths = batch.token_lengths.cpu().tolist()
         ref_rows = batch.tokens.cpu().tolist()
         starts, ends = (times[0].cpu().tolist(), times[1].cpu().tolist()) if times is not None else (None, None)

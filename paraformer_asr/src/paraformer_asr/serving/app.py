@@ -1,7 +1,7 @@
 """The HTTP service: ``create_app(loaded_model, settings) -> FastAPI``.
 
     POST /transcribe   multipart form, audio (WAV, FLAC, OGG, ...) in field ``file``  -> {"text", "duration_s", "rtf", "words"}
-    GET  /health       model type, checkpoint, device, uptime, limits, batching statistics
+    GET  /health       model type, checkpoint, device, uptime, limits, batching statistics, failure counters
     GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
 
 ``words`` lists the recognised words with their CIF times, ``[{"word", "start_ms", "end_ms"}]`` (null for an
@@ -14,13 +14,19 @@ requests keep being batched and answered while a long one is decoded. Every refu
 ``{"detail": "<message>"}``: 400 unreadable audio (not an audio format soundfile reads, empty, damaged header, no
 samples), 413 upload larger than ``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the
 form field ``file``, 503 while the server shuts down or when ``max_long_recordings`` long recordings are already
-queued.
+queued, 500 only for a fault of the server (its reason logged, the other requests unaffected).
+
+Failure isolation: every upload is decoded and checked (readable, at least one sample, no NaN or Inf sample) before
+it joins a micro-batch, so bad input is answered 400 on its own. A clip too short for the encoder (under ~70 ms)
+is audio: it gets an empty transcript. If a batch's decode still fails, its requests are decoded one by one
+(serving/batcher.py) and only the one at fault gets an error; /health counts these in ``failures``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import time
 from typing import BinaryIO
 from contextlib import asynccontextmanager
@@ -43,6 +49,8 @@ from paraformer_asr.serving.settings import ServeSettings
 UPLOAD_FIELD = "file"
 UPLOAD_NAME = "uploaded file"  # how error messages name the upload
 _DRAIN_FACTOR = 4  # an oversized body up to this many times the limit is read and dropped before answering 413
+
+log = logging.getLogger(__name__)
 
 
 class Word(BaseModel):
@@ -68,6 +76,7 @@ class Health(BaseModel):
     limits: dict
     batching: dict
     long_form: dict
+    failures: dict
 
 
 class ErrorBody(BaseModel):
@@ -103,7 +112,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
     app.state.batcher = batcher
     app.state.long_form_lane = lane
 
-    errors = {code: {"model": ErrorBody} for code in (400, 413, 422, 503)}
+    errors = {code: {"model": ErrorBody} for code in (400, 413, 422, 500, 503)}
 
     @app.post("/transcribe", response_model=Transcription, responses=errors)
     async def transcribe(file: UploadFile = File(..., description="an audio file: WAV (any PCM width, float, "
@@ -119,19 +128,28 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
                                                                settings.max_audio_seconds)
                 future = batcher.submit((features, duration_s))
             recognition = await asyncio.wrap_future(future)
+        except HTTPException:  # the upload's own 400 / 413
+            raise
         except (BatcherClosed, LaneFull) as exc:
             raise HTTPException(status_code=503, detail=str(exc)) from None
         except DataError as exc:  # a long upload whose samples turn out unreadable
             raise HTTPException(status_code=400, detail=str(exc)) from None
+        except Exception as exc:  # a fault of the server, never of the (validated) upload
+            log.exception("decoding an upload of %.3f s failed", duration_s)
+            raise HTTPException(status_code=500, detail=f"the server failed to decode this upload "
+                                                        f"({type(exc).__name__}); the error was logged") from None
         return Transcription(text=recognition.text, duration_s=duration_s,
                              rtf=(time.perf_counter() - start) / duration_s, words=recognition.words)
 
     @app.get("/health", response_model=Health)
     def health() -> Health:
+        batching, long_form = batcher.stats(), lane.stats()
+        failures = {"short_requests": batching["isolated_failures"], "split_batches": batching["split_batches"],
+                    "long_recordings": long_form["failures"]}
         return Health(status="ok", model_type=loaded_model.cfg.model.type, checkpoint=str(loaded_model.path),
                       device=str(device), uptime_s=time.monotonic() - started,
                       sample_rate=loaded_model.cfg.data.sample_rate, limits=settings.to_dict(),
-                      batching=batcher.stats(), long_form=lane.stats())
+                      batching=batching, long_form=long_form, failures=failures)
 
     return app
 

@@ -5,6 +5,10 @@ is already queued even after that), up to ``max_batch_size`` requests. Their fea
 collation into one padded batch and ONE batched greedy decode; each request's future gets its own result. Under
 light load a request waits at most ``max_wait_ms``; under heavy load batches fill up and throughput grows.
 
+Failure isolation: when a batch's decode raises, its requests are decoded again one by one, so only a request that
+fails on its own gets the exception (counted in ``stats()["isolated_failures"]``, the reason logged); the others get
+their results. The service validates every request (decoded, non-empty, finite samples) before it is submitted.
+
 Contracts:
     GreedyTranscriber(loaded, device)(utterances: list of B (features [T_i, F], duration_s)) -> list of B Recognition
     MicroBatcher(transcribe, max_batch_size, max_wait_ms).submit(request) -> Future of transcribe([request])[0]
@@ -13,6 +17,7 @@ Contracts:
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -28,6 +33,7 @@ from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.timestamps import frame_clock, word_times
 from paraformer_asr.inference import LoadedModel
 
+log = logging.getLogger(__name__)
 
 class BatcherClosed(RuntimeError):
     """The batcher is not running (not started yet, or shut down): no new requests are taken."""
@@ -92,6 +98,8 @@ class MicroBatcher:
         self._thread: threading.Thread | None = None
         self._batch_sizes: Counter[int] = Counter()
         self._decode_seconds = 0.0
+        self._split_batches = 0  # batches whose decode failed and were decoded again one request at a time
+        self._isolated_failures = 0  # requests that failed when decoded alone
 
     def start(self) -> None:
         with self._lock:
@@ -138,6 +146,8 @@ class MicroBatcher:
                 "batch_size_counts": {str(size): self._batch_sizes[size] for size in sorted(self._batch_sizes)},
                 "decode_seconds": self._decode_seconds,
                 "queued": self._queue.qsize(),
+                "split_batches": self._split_batches,
+                "isolated_failures": self._isolated_failures,
             }
 
     def _work(self) -> None:
@@ -177,15 +187,34 @@ class MicroBatcher:
         live = [request for request in batch if request.future.set_running_or_notify_cancel()]
         if not live:
             return
-        start = time.perf_counter()
         try:
-            results = self.transcribe([request.payload for request in live])
-        except Exception as exc:  # handed to every waiting request; the worker keeps serving
+            self._decode_together(live)
+        except Exception as exc:  # one request may be at fault: decode them one by one, the worker keeps serving
+            if len(live) == 1:
+                self._fail(live[0], exc)
+                return
+            log.warning("a batch of %d requests failed (%s: %s); decoding them one by one", len(live),
+                        type(exc).__name__, exc)
+            with self._lock:
+                self._split_batches += 1
             for request in live:
-                request.future.set_exception(exc)
-            return
+                try:
+                    self._decode_together([request])
+                except Exception as alone_exc:
+                    self._fail(request, alone_exc)
+
+    def _decode_together(self, requests: list[_Request]) -> None:
+        """One decode of ``requests``; each future gets its result. Raises what ``transcribe`` raises."""
+        start = time.perf_counter()
+        results = self.transcribe([request.payload for request in requests])
         with self._lock:
-            self._batch_sizes[len(live)] += 1
+            self._batch_sizes[len(requests)] += 1
             self._decode_seconds += time.perf_counter() - start
-        for request, result in zip(live, results):
+        for request, result in zip(requests, results):
             request.future.set_result(result)
+
+    def _fail(self, request: _Request, exc: Exception) -> None:
+        log.warning("a request failed on its own: %s: %s", type(exc).__name__, exc)
+        with self._lock:
+            self._isolated_failures += 1
+        request.future.set_exception(exc)

@@ -19,6 +19,7 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -33,6 +34,7 @@ from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
 from paraformer_asr.inference import LoadedModel
 from paraformer_asr.serving.batcher import BatcherClosed, MicroBatcher, Recognition
 
+log = logging.getLogger(__name__)
 
 class LaneFull(RuntimeError):
     """Too many long recordings are queued or being decoded; the request may be retried later."""
@@ -71,6 +73,7 @@ class LongFormLane:
         self._audio_seconds = 0.0
         self._decode_seconds = 0.0
         self._yield_seconds = 0.0
+        self._failures = 0  # recordings whose decode raised (each answered alone; the lane keeps serving)
 
     def start(self) -> None:
         with self._lock:
@@ -110,7 +113,8 @@ class LongFormLane:
         with self._lock:
             return {"recordings": self._recordings, "windows": self._windows,
                     "audio_seconds": round(self._audio_seconds, 3), "decode_seconds": round(self._decode_seconds, 3),
-                    "yield_seconds": round(self._yield_seconds, 3), "queued_or_running": self._waiting_or_running}
+                    "yield_seconds": round(self._yield_seconds, 3), "queued_or_running": self._waiting_or_running,
+                    "failures": self._failures}
 
     def _work(self) -> None:
         lower_thread_priority(self.niceness)
@@ -128,6 +132,10 @@ class LongFormLane:
                 result = transcribe_long(self.loaded, job.source, self.device, self.options, name=job.name,
                                          pause=self._yield_to_short_requests)
             except Exception as exc:  # handed to the request; the lane keeps serving
+                if not isinstance(exc, BatcherClosed):
+                    log.warning("long recording %s failed: %s: %s", job.name, type(exc).__name__, exc)
+                    with self._lock:
+                        self._failures += 1
                 job.future.set_exception(exc)
                 return
             with self._lock:
