@@ -1,0 +1,202 @@
+"""Failure isolation in the service: one bad upload never fails another, short clips are audio, and generated
+uploads (asr_fuzz.py) of every kind get the promised answer while good ones keep their text.
+
+One uvicorn server on loopback per module, serving a tiny untrained Paraformer (asr_helpers.untrained_audio_model):
+its texts are arbitrary but fixed, which is all these tests need (each good upload's text is compared with the
+text of the same bytes decoded alone, in process).
+"""
+
+import http.client
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("fastapi", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
+pytest.importorskip("uvicorn", reason="the ASR service needs the optional 'serve' extra (pip install -e .[serve])")
+pytest.importorskip("python_multipart", reason="the ASR service needs the optional 'serve' extra")
+
+from fastapi import HTTPException  # noqa: E402
+
+from paraformer_asr.config import MIN_INPUT_FRAMES  # noqa: E402
+from paraformer_asr.serving import app as app_module  # noqa: E402
+from paraformer_asr.serving.app import create_app, features_from_upload  # noqa: E402
+from paraformer_asr.serving.batcher import GreedyTranscriber  # noqa: E402
+from paraformer_asr.serving.load_test import loopback_address, multipart_body, request_json  # noqa: E402
+from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
+
+from asr_fuzz import FAST, SLOW, audio_upload, encode, signal  # noqa: E402
+from asr_helpers import served, untrained_audio_model  # noqa: E402
+
+RATE = 16000
+WAIT_S = 60  # socket timeout; never reached when things work
+SETTINGS = ServeSettings(max_upload_bytes=2_000_000, max_audio_seconds=10.0, max_batch_size=8, max_wait_ms=10.0)
+CASES = {"fast": 0, "slow": 0}  # generated uploads checked, per tier
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return untrained_audio_model()
+
+
+@pytest.fixture(scope="module")
+def server(loaded):
+    with served(create_app(loaded, SETTINGS), WAIT_S) as url:
+        yield url
+
+
+def post(url: str, data: bytes, filename: str = "audio.wav") -> tuple[int, dict]:
+    body, content_type = multipart_body(data, filename=filename)
+    connection = http.client.HTTPConnection(*loopback_address(url), timeout=WAIT_S)
+    try:
+        return request_json(connection, "POST", "/transcribe", body, content_type)
+    finally:
+        connection.close()
+
+
+def health(url: str) -> dict:
+    connection = http.client.HTTPConnection(*loopback_address(url), timeout=WAIT_S)
+    try:
+        status, answer = request_json(connection, "GET", "/health")
+    finally:
+        connection.close()
+    assert status == 200
+    return answer
+
+
+def post_concurrently(url: str, uploads: list[tuple[bytes, str]]) -> list[tuple[int, dict]]:
+    with ThreadPoolExecutor(len(uploads)) as pool:
+        return list(pool.map(lambda upload: post(url, *upload), uploads))
+
+
+def decoded_alone(loaded, data: bytes) -> tuple[int, str]:
+    """What the service must answer for ``data`` decoded on its own, in process: (400, "") when the upload is
+    refused, else (200, its text)."""
+    try:
+        features, duration_s = features_from_upload(data, loaded, SETTINGS.max_audio_seconds)
+    except HTTPException as refused:
+        assert refused.status_code == 400
+        return 400, ""
+    return 200, GreedyTranscriber(loaded, torch.device("cpu"))([(features, duration_s)])[0].text
+
+
+def wav_bytes(num_samples: int, seed: int = 0) -> bytes:
+    return encode(signal(num_samples, 1, RATE, seed), RATE, "WAV", "PCM_16")
+
+
+# ----------------------------------------------------------------------------- the two findings, as regressions
+
+
+def test_a_truncated_upload_among_64_concurrent_requests_fails_no_good_one(server, loaded):
+    """64 concurrent requests, every fourth a WAV cut to 60 bytes (its header and 8 samples): every good request
+    gets 200 and its own text; the cut ones are short audio, 200 with an empty text."""
+    goods = [wav_bytes(RATE // 2 + 800 * index, seed=index) for index in range(4)]
+    cut = wav_bytes(RATE)[:60]
+    uploads = [cut if index % 4 == 3 else goods[index % 4] for index in range(64)]
+    expected = {data: decoded_alone(loaded, data)[1] for data in goods + [cut]}
+    answers = post_concurrently(server, [(data, "audio.wav") for data in uploads])
+    assert [status for status, _ in answers] == [200] * 64, answers
+    assert [answer["text"] for _, answer in answers] == [expected[data] for data in uploads]
+    assert expected[cut] == ""
+
+
+def test_clips_too_short_for_the_subsampling_get_an_empty_text_and_an_empty_file_a_400(server, loaded):
+    """A 30 ms clip (fewer frames than the 4x subsampling needs) is audio with no word in it."""
+    features, _ = features_from_upload(wav_bytes(480), loaded, SETTINGS.max_audio_seconds)
+    assert features.shape[0] < MIN_INPUT_FRAMES[4]  # the case the encoder alone would refuse
+    for num_samples in (1, 5, 480, 1100):
+        status, answer = post(server, wav_bytes(num_samples))
+        assert status == 200 and answer["text"] == "" and answer["words"] == [], (num_samples, answer)
+    status, answer = post(server, wav_bytes(0))
+    assert status == 400 and answer["detail"] == "uploaded file: file contains no audio samples"
+
+
+def test_nan_and_inf_samples_are_refused_with_400(server):
+    samples = signal(RATE // 4, 1, RATE, 1)
+    samples[100, 0] = np.nan
+    status, answer = post(server, encode(samples, RATE, "WAV", "FLOAT"))
+    assert status == 400 and "NaN or Inf" in answer["detail"]
+
+
+# ----------------------------------------------------------------------------- a server fault stays with its request
+
+
+class FailsOnDuration(GreedyTranscriber):
+    """The real transcriber, except that a batch holding an utterance of POISON_S seconds raises (a stand-in for a
+    server fault that only one request triggers)."""
+
+    POISON_S = 0.3
+
+    def __call__(self, utterances):
+        if any(abs(duration_s - self.POISON_S) < 1e-9 for _, duration_s in utterances):
+            raise RuntimeError("the decoder failed on this utterance")
+        return super().__call__(utterances)
+
+
+def test_a_failing_batch_is_decoded_one_by_one_and_only_the_faulty_request_gets_500(loaded, monkeypatch, caplog):
+    monkeypatch.setattr(app_module, "GreedyTranscriber", FailsOnDuration)
+    poison = wav_bytes(round(FailsOnDuration.POISON_S * RATE))
+    goods = [wav_bytes(RATE // 2 + 1600 * index, seed=index) for index in range(7)]
+    expected = [decoded_alone(loaded, data)[1] for data in goods]
+    one_batch = replace(SETTINGS, max_wait_ms=5000.0)  # the batch fills up (8 requests) long before the deadline
+    with caplog.at_level(logging.WARNING), served(create_app(loaded, one_batch), WAIT_S) as url:
+        before = health(url)
+        assert before["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 0}
+        answers = post_concurrently(url, [(data, "audio.wav") for data in goods[:4] + [poison] + goods[4:]])
+        after = health(url)
+    statuses = [status for status, _ in answers]
+    assert statuses == [200] * 4 + [500] + [200] * 3, answers
+    assert [answer["text"] for _, answer in answers[:4] + answers[5:]] == expected
+    assert answers[4][1]["detail"] == "the server failed to decode this upload (RuntimeError); the error was logged"
+    assert after["failures"] == {"short_requests": 1, "split_batches": 1, "long_recordings": 0}
+    assert after["batching"]["batch_size_counts"] == {"1": 7}  # the failed batch of 8 is not counted as decoded
+    assert "the decoder failed on this utterance" in caplog.text
+
+
+# ----------------------------------------------------------------------------- generated uploads
+
+
+def check_concurrent_uploads(url: str, loaded, uploads, tier: str) -> None:
+    """Send ``uploads`` at once; each gets what it gets alone, every bad one a 400 with a message."""
+    answers = post_concurrently(url, [(upload.data, upload.filename) for upload in uploads])
+    for upload, (status, answer) in zip(uploads, answers):
+        alone_status, alone_text = decoded_alone(loaded, upload.data)
+        if upload.kind == "good":
+            assert status == 200 and answer["text"] == alone_text, (upload, answer)
+        elif upload.kind == "truncated":
+            assert status == alone_status, (upload, answer)
+            assert answer.get("text", alone_text) == alone_text, (upload, answer)
+        else:
+            assert status == 400, (upload, answer)
+        if status == 400:
+            assert answer["detail"].startswith("uploaded file: "), answer
+    CASES[tier] += len(uploads)
+
+
+@settings(FAST, max_examples=9)
+@given(uploads=st.lists(audio_upload(max_seconds=0.5), min_size=6, max_size=7))
+def test_generated_uploads_mixed_concurrently(server, loaded, uploads):
+    check_concurrent_uploads(server, loaded, uploads, "fast")
+
+
+@pytest.mark.slow
+@settings(SLOW, max_examples=75)
+@given(uploads=st.lists(audio_upload(max_seconds=3.0), min_size=7, max_size=10))
+def test_generated_uploads_mixed_concurrently_many(server, loaded, uploads):
+    check_concurrent_uploads(server, loaded, uploads, "slow")
+
+
+def test_the_generated_cases_were_counted_and_the_server_is_up(server, request):
+    """Runs after the fuzz tests of the module: their case counts (>= 50 fast, >= 500 slow) and a live server."""
+    ran = {item.name for item in request.session.items}
+    if "test_generated_uploads_mixed_concurrently" in ran:
+        assert CASES["fast"] >= 50, CASES
+    if "test_generated_uploads_mixed_concurrently_many" in ran:
+        assert CASES["slow"] >= 500, CASES
+    answer = health(server)
+    assert answer["status"] == "ok" and answer["failures"]["short_requests"] == 0
