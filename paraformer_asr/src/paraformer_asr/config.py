@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -183,8 +184,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, str) and _looks_like_number(value):
             value = float(value)  # YAML 1.1 reads '1e-3' as a string
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"config key '{key}' must be {_type_name(float)}, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -222,6 +223,7 @@ def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field rules; raise ConfigError naming the key."""
     train, model, data = cfg.train, cfg.model, cfg.data
     _require(cfg.run.num_threads >= 0, "run.num_threads", ">= 0", cfg.run.num_threads)
+    _require(cfg.run.seed >= 0, "run.seed", ">= 0", cfg.run.seed)
     _require(bool(cfg.run.name) and "/" not in cfg.run.name, "run.name", "a non-empty name without '/'",
              cfg.run.name)
     for key in ("epochs", "batch_size", "eval_batch_size", "accumulate_steps", "log_every", "max_bad_batches",
@@ -257,22 +259,16 @@ def validate(cfg: Config) -> Config:
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:
         _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", data.speed_perturb)
+    _require(data.sample_rate >= 8000, "data.sample_rate", ">= 8000", data.sample_rate)
+    _require(data.n_mels >= 1, "data.n_mels", ">= 1", data.n_mels)
+    for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
+        value = getattr(data.spec_augment, key)
+        _require(value >= 0, f"data.spec_augment.{key}", ">= 0", value)
+    _validate_toy(data.toy)  # also when unused: a section given must make sense
     if data.kind == "toy":
         _require(not data.speed_perturb, "data.speed_perturb", "null for toy data (it resamples audio)",
                  data.speed_perturb)
         toy = data.toy
-        _require(len(toy.alphabet) >= 2, "data.toy.alphabet", "at least 2 characters", toy.alphabet)
-        _require(len(set(toy.alphabet)) == len(toy.alphabet), "data.toy.alphabet", "free of repeated characters",
-                 toy.alphabet)
-        for key in ("feature_dim", "num_train", "num_val", "num_test", "min_tokens", "min_frames_per_token"):
-            _require(getattr(toy, key) >= 1, f"data.toy.{key}", ">= 1", getattr(toy, key))
-        _require(toy.max_tokens >= toy.min_tokens, "data.toy.max_tokens", f">= data.toy.min_tokens ({toy.min_tokens})",
-                 toy.max_tokens)
-        _require(toy.max_frames_per_token >= toy.min_frames_per_token, "data.toy.max_frames_per_token",
-                 f">= data.toy.min_frames_per_token ({toy.min_frames_per_token})", toy.max_frames_per_token)
-        _require(0 <= toy.transition_frames < toy.min_frames_per_token, "data.toy.transition_frames",
-                 f"in [0, data.toy.min_frames_per_token ({toy.min_frames_per_token}))", toy.transition_frames)
-        _require(toy.noise_std >= 0, "data.toy.noise_std", ">= 0", toy.noise_std)
         min_frames = toy.min_tokens * toy.min_frames_per_token
         needed = MIN_INPUT_FRAMES[cfg.subsampling_factor]
         _require(min_frames >= needed, "data.toy.min_frames_per_token",
@@ -282,12 +278,23 @@ def validate(cfg: Config) -> Config:
         _require(bool(data.train_manifest), "data.train_manifest", "set when data.kind is 'manifest'",
                  data.train_manifest)
         _require(bool(data.val_manifest), "data.val_manifest", "set when data.kind is 'manifest'", data.val_manifest)
-        _require(data.sample_rate >= 8000, "data.sample_rate", ">= 8000", data.sample_rate)
-        _require(data.n_mels >= 1, "data.n_mels", ">= 1", data.n_mels)
-        for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
-            value = getattr(data.spec_augment, key)
-            _require(value >= 0, f"data.spec_augment.{key}", ">= 0", value)
     return cfg
+
+
+def _validate_toy(toy: ToyDataConfig) -> None:
+    _require(len(toy.alphabet) >= 2, "data.toy.alphabet", "at least 2 characters", toy.alphabet)
+    _require(len(set(toy.alphabet)) == len(toy.alphabet), "data.toy.alphabet", "free of repeated characters",
+             toy.alphabet)
+    for key in ("feature_dim", "num_train", "num_val", "num_test", "min_tokens", "min_frames_per_token"):
+        _require(getattr(toy, key) >= 1, f"data.toy.{key}", ">= 1", getattr(toy, key))
+    _require(toy.max_tokens >= toy.min_tokens, "data.toy.max_tokens", f">= data.toy.min_tokens ({toy.min_tokens})",
+             toy.max_tokens)
+    _require(toy.max_frames_per_token >= toy.min_frames_per_token, "data.toy.max_frames_per_token",
+             f">= data.toy.min_frames_per_token ({toy.min_frames_per_token})", toy.max_frames_per_token)
+    _require(0 <= toy.transition_frames < toy.min_frames_per_token, "data.toy.transition_frames",
+             f"in [0, data.toy.min_frames_per_token ({toy.min_frames_per_token}))", toy.transition_frames)
+    _require(toy.noise_std >= 0, "data.toy.noise_std", ">= 0", toy.noise_std)
+    _require(toy.seed >= 0, "data.toy.seed", ">= 0", toy.seed)
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
