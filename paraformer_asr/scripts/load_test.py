@@ -14,6 +14,11 @@ test (the difference of /health before and after). --markdown writes a one-row r
 idle figure), then again while FILE is uploaded and decoded; the report has both, the long request's answer time
 and real-time factor, and p95_ratio (p95 latency during the long decode / idle p95). --max-seconds bounds each
 phase. Exit status 0 when every request succeeded, 1 otherwise, 2 for bad arguments.
+
+--soak --server-pid PID [--bad-every 10]: the soak (serving/soak.py): every --bad-every-th upload is bad input (cycled
+through five kinds), every good one must get 200 and the text it gets alone, every bad one a 4xx; the server's
+resident memory is sampled and must grow by less than 10 % after the warm-up (the first tenth of the requests).
+    python scripts/load_test.py --soak --server-pid PID --manifest test.jsonl --requests 2000 --concurrency 32
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from paraformer_asr.errors import ConfigError
 from paraformer_asr.serving.load_test import (load_payloads, long_upload_markdown, loopback_address,
                                               markdown_table, run_load_test, run_long_upload_scenario,
                                               scenario_succeeded)
+from paraformer_asr.serving.soak import run_soak, soak_markdown, soak_succeeded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the JSON report here")
     parser.add_argument("--markdown", help="write the Markdown results table here")
     parser.add_argument("--long-audio", help="the long-upload scenario: decode this recording during the load")
+    parser.add_argument("--soak", action="store_true", help="the soak: bad uploads mixed in, memory sampled")
+    parser.add_argument("--server-pid", type=int, help="--soak: the server's process id (its memory is sampled)")
+    parser.add_argument("--bad-every", type=int, default=10, help="--soak: every N-th upload is bad input")
     args = parser.parse_args(argv)
     for name in ("requests", "concurrency", "max_files"):
         if getattr(args, name) < 1:
@@ -51,7 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--max-seconds and --timeout-s must be > 0")
     loopback_address(args.url)
     payloads = load_payloads(args.audio, args.manifest, args.max_files)
-    if args.long_audio:
+    if args.soak:
+        if args.server_pid is None:
+            raise ConfigError("--soak needs --server-pid (the server process whose memory is sampled)")
+        report = run_soak(args.url, payloads, args.requests, args.concurrency, args.bad_every, args.server_pid,
+                          args.timeout_s, args.max_seconds)
+        table, succeeded = soak_markdown(report), soak_succeeded(report)
+    elif args.long_audio:
         long_payload = load_payloads([args.long_audio], None, 1)[0]
         report = run_long_upload_scenario(args.url, payloads, long_payload, args.requests, args.concurrency,
                                           args.max_seconds, args.timeout_s)

@@ -7,6 +7,7 @@ text of the same bytes decoded alone, in process).
 """
 
 import http.client
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -200,3 +201,30 @@ def test_the_generated_cases_were_counted_and_the_server_is_up(server, request):
         assert CASES["slow"] >= 500, CASES
     answer = health(server)
     assert answer["status"] == "ok" and answer["failures"]["short_requests"] == 0
+
+
+# ----------------------------------------------------------------------------- the soak, small
+
+
+@pytest.mark.slow
+def test_a_small_soak_loses_no_good_request_and_refuses_every_bad_one(server, tmp_path, capsys):
+    """scripts/load_test.py --soak against the module's server (this process: its memory is what is sampled)."""
+    import os
+
+    from asr_helpers import load_script
+    from paraformer_asr.cli import run_main
+
+    audio = []
+    for index in range(4):
+        (tmp_path / f"g{index}.wav").write_bytes(wav_bytes(RATE // 3 + 1000 * index, seed=index))
+        audio.append(str(tmp_path / f"g{index}.wav"))
+    code = run_main(load_script("load_test").main,
+                    ["--soak", "--server-pid", str(os.getpid()), "--url", server, "--audio", *audio, "--requests",
+                     "300", "--concurrency", "8", "--bad-every", "5", "--markdown", str(tmp_path / "soak.md")])
+    report = json.loads(capsys.readouterr().out)
+    assert report["answered"] == 300 and report["good_requests"] == 240
+    assert report["good_ok"] == 240 and report["good_lost"] == 0 and report["bad_not_refused"] == 0
+    assert sum(report["outcomes"].values()) == 300 and len(report["outcomes"]) == 6  # good + five bad kinds
+    assert report["server_up"] and report["rss_mib"]["samples"] >= 2
+    assert code == (0 if report["rss_growth_after_warmup"] < 0.10 else 1)
+    assert "| 300 | 8 | 240 | 0 | 60 | 0 |" in (tmp_path / "soak.md").read_text()

@@ -135,24 +135,38 @@ def run_load_test(url: str, payloads: list[bytes], num_requests: int, concurrenc
 def run_clients(host: str, port: int, bodies: list[tuple[bytes, str]], concurrency: int,
                 next_ticket: Callable[[], int | None], tally: _Tally, timeout_s: float) -> None:
     """``concurrency`` clients, each with its own keep-alive connection, send POST /transcribe uploads (body
-    ``index % len(bodies)``) for the indices ``next_ticket()`` hands out until it gives None."""
+    ``index % len(bodies)``) for the indices ``next_ticket()`` hands out until it gives None; 200 answers are
+    successes of ``tally``, anything else a failure."""
+
+    def record(index: int, status: int | None, answer: dict, sent: float, latency_s: float) -> None:
+        if status == 200:
+            tally.success(latency_s, float(answer["duration_s"]), sent)
+        else:
+            tally.failure(f"request {index}: " + (answer["error"] if status is None else f"HTTP {status}: {answer}"))
+
+    send_uploads(host, port, lambda index: bodies[index % len(bodies)], concurrency, next_ticket, record, timeout_s)
+
+
+def send_uploads(host: str, port: int, body_of: Callable[[int], tuple[bytes, str]], concurrency: int,
+                 next_ticket: Callable[[], int | None],
+                 record: Callable[[int, int | None, dict, float, float], None], timeout_s: float) -> None:
+    """``concurrency`` clients with keep-alive connections send ``body_of(index)`` for every index ``next_ticket()``
+    hands out; each answer goes to ``record(index, status, answer, sent_at, latency_s)`` (status None and
+    ``{"error": ...}`` when the connection failed)."""
 
     def client() -> None:
         connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
         try:
             while (index := next_ticket()) is not None:
-                body, content_type = bodies[index % len(bodies)]
+                body, content_type = body_of(index)
                 sent = time.perf_counter()
                 try:
                     status, answer = request_json(connection, "POST", "/transcribe", body, content_type)
                 except (OSError, http.client.HTTPException) as exc:
-                    tally.failure(f"request {index}: {type(exc).__name__}: {exc}")
+                    record(index, None, {"error": f"{type(exc).__name__}: {exc}"}, sent, time.perf_counter() - sent)
                     connection.close()  # reconnects on the next request
                     continue
-                if status == 200:
-                    tally.success(time.perf_counter() - sent, float(answer["duration_s"]), sent)
-                else:
-                    tally.failure(f"request {index}: HTTP {status}: {answer}")
+                record(index, status, answer, sent, time.perf_counter() - sent)
         finally:
             connection.close()
 
