@@ -17,7 +17,8 @@ phase. Exit status 0 when every request succeeded, 1 otherwise, 2 for bad argume
 
 --soak --server-pid PID [--bad-every 10]: the soak (serving/soak.py): every --bad-every-th upload is bad input (cycled
 through five kinds), every good one must get 200 and the text it gets alone, every bad one a 4xx; the server's
-resident memory is sampled and must grow by less than 10 % after the warm-up (the first tenth of the requests).
+resident memory is sampled and must grow by less than 10 % after the warm-up (the first --warmup-fraction of the
+requests, default 0.25).
     python scripts/load_test.py --soak --server-pid PID --manifest test.jsonl --requests 2000 --concurrency 32
 """
 
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak", action="store_true", help="the soak: bad uploads mixed in, memory sampled")
     parser.add_argument("--server-pid", type=int, help="--soak: the server's process id (its memory is sampled)")
     parser.add_argument("--bad-every", type=int, default=10, help="--soak: every N-th upload is bad input")
+    parser.add_argument("--warmup-fraction", type=float, default=0.25,
+                        help="--soak: memory growth is measured after this share of the requests")
     args = parser.parse_args(argv)
     for name in ("requests", "concurrency", "max_files"):
         if getattr(args, name) < 1:
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.server_pid is None:
             raise ConfigError("--soak needs --server-pid (the server process whose memory is sampled)")
         report = run_soak(args.url, payloads, args.requests, args.concurrency, args.bad_every, args.server_pid,
-                          args.timeout_s, args.max_seconds)
+                          args.timeout_s, args.max_seconds, args.warmup_fraction)
         table, succeeded = soak_markdown(report), soak_succeeded(report)
     elif args.long_audio:
         long_payload = load_payloads([args.long_audio], None, 1)[0]

@@ -5,12 +5,14 @@ Good uploads are first sent one at a time for their reference texts. Then C clie
 float WAV with NaN samples; cycled), while a sampler reads the server process's resident memory (Linux
 ``/proc/<pid>/status``) every ``sample_every_s``. Every answer is checked: a good upload must get 200 and exactly its
 reference text, a bad one a 4xx with a message. Memory growth is measured from the end of the warm-up (the first
-``warmup_fraction`` of the requests: caches, allocator pools and thread stacks settle there) to the end.
+``warmup_fraction`` of the requests) to the end: on a cold server the resident memory rises over the first few
+hundred concurrent requests (the thread pool's threads, glibc's per-thread malloc arenas, torch's allocator
+caches) before it levels off (docs/results.md, "Failure isolation and soak"). The report keeps the whole series.
 
 Contracts:
     bad_uploads(sample_rate) -> list of (name, bytes)
     run_soak(url, payloads, num_requests, concurrency, bad_every, server_pid, timeout_s, max_seconds,
-             warmup_fraction=0.1, sample_every_s=0.5) -> report dict
+             warmup_fraction=0.25, sample_every_s=0.5) -> report dict
     soak_markdown(report) -> Markdown table
 """
 
@@ -21,6 +23,7 @@ import io
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,23 +66,24 @@ def resident_bytes(pid: int) -> int:
 
 
 class _MemorySampler(threading.Thread):
-    def __init__(self, pid: int, every_s: float):
+    """Samples (perf_counter time, requests answered, resident bytes) every ``every_s`` until ``stop`` is set."""
+
+    def __init__(self, pid: int, every_s: float, answered: Callable[[], int]):
         super().__init__(name="rss-sampler", daemon=True)
-        self.pid, self.every_s = pid, every_s
-        self.samples: list[tuple[float, int]] = []  # (perf_counter time, bytes)
+        self.pid, self.every_s, self.answered = pid, every_s, answered
+        self.samples: list[tuple[float, int, int]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while True:
-            self.samples.append((time.perf_counter(), resident_bytes(self.pid)))
+            self.samples.append((time.perf_counter(), self.answered(), resident_bytes(self.pid)))
             if self.stop.wait(self.every_s):
-                self.samples.append((time.perf_counter(), resident_bytes(self.pid)))
+                self.samples.append((time.perf_counter(), self.answered(), resident_bytes(self.pid)))
                 return
 
-    def at(self, moment: float) -> int:
-        """The last sample taken at or before ``moment`` (the first one if none was)."""
-        before = [rss for when, rss in self.samples if when <= moment]
-        return before[-1] if before else self.samples[0][1]
+    def after(self, requests: int) -> int:
+        """The first sample taken once ``requests`` requests were answered (the last one if none was)."""
+        return next((rss for _, done, rss in self.samples if done >= requests), self.samples[-1][2])
 
 
 def reference_texts(host: str, port: int, payloads: list[bytes], timeout_s: float) -> list[str]:
@@ -100,12 +104,14 @@ def reference_texts(host: str, port: int, payloads: list[bytes], timeout_s: floa
 
 
 def run_soak(url: str, payloads: list[bytes], num_requests: int, concurrency: int, bad_every: int, server_pid: int,
-             timeout_s: float, max_seconds: float, warmup_fraction: float = 0.1,
+             timeout_s: float, max_seconds: float, warmup_fraction: float = 0.25,
              sample_every_s: float = 0.5) -> dict:
     """The soak (module docstring) -> report: requests, outcome counts by kind, latency p50/p95 of the good
     requests, resident memory at the start, after the warm-up and at the end, and the growth after the warm-up."""
     if bad_every < 2:
         raise ConfigError(f"--bad-every must be >= 2, got {bad_every}")
+    if not 0 <= warmup_fraction < 1:
+        raise ConfigError(f"--warmup-fraction must be in [0, 1), got {warmup_fraction}")
     host, port = loopback_address(url)
     bads = bad_uploads()
     good_bodies = [multipart_body(data) for data in payloads]
@@ -126,8 +132,6 @@ def run_soak(url: str, payloads: list[bytes], num_requests: int, concurrency: in
     samples: list[str] = []
     good_latencies_ms: list[float] = []
     done = [0]
-    warm_at = [None]
-    warmup = max(1, round(warmup_fraction * num_requests))
 
     def classify(index: int, status: int | None, answer: dict) -> str:
         if is_bad(index):
@@ -147,8 +151,6 @@ def run_soak(url: str, payloads: list[bytes], num_requests: int, concurrency: in
             elif (GOOD_LOST in outcome or NOT_REFUSED in outcome) and len(samples) < 5:
                 samples.append(f"request {index}: {outcome}: {answer}")
             done[0] += 1
-            if done[0] == warmup:
-                warm_at[0] = time.perf_counter()
 
     tickets = iter(range(num_requests))
     ticket_lock = threading.Lock()
@@ -160,15 +162,15 @@ def run_soak(url: str, payloads: list[bytes], num_requests: int, concurrency: in
         with ticket_lock:
             return next(tickets, None)
 
-    sampler = _MemorySampler(server_pid, sample_every_s)
+    sampler = _MemorySampler(server_pid, sample_every_s, lambda: done[0])
     sampler.start()
     send_uploads(host, port, body_of, concurrency, next_ticket, record, timeout_s)
     wall_s = time.perf_counter() - start
     sampler.stop.set()
     sampler.join()
     health = server_health(host, port, timeout_s)
-    rss_start, rss_end = sampler.samples[0][1], sampler.samples[-1][1]
-    rss_warm = sampler.at(warm_at[0] if warm_at[0] is not None else start)
+    rss_start, rss_end = sampler.samples[0][2], sampler.samples[-1][2]
+    rss_warm = sampler.after(round(warmup_fraction * num_requests))
     good_sent = sum(1 for index in range(num_requests) if not is_bad(index))
     latencies = sorted(good_latencies_ms)
     return {
@@ -181,7 +183,9 @@ def run_soak(url: str, payloads: list[bytes], num_requests: int, concurrency: in
         "good_latency_ms": ({"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)}
                             if latencies else None),
         "rss_mib": {"start": _mib(rss_start), "after_warmup": _mib(rss_warm), "end": _mib(rss_end),
-                    "max": _mib(max(rss for _, rss in sampler.samples)), "samples": len(sampler.samples)},
+                    "max": _mib(max(rss for _, _, rss in sampler.samples)), "samples": len(sampler.samples)},
+        "rss_series": [{"s": round(when - start, 1), "answered": answered, "mib": _mib(rss)}
+                       for when, answered, rss in sampler.samples],
         "rss_growth_after_warmup": round((rss_end - rss_warm) / rss_warm, 4),
         "server_failures": {"before": failures_before, "after": (health or {}).get("failures")},
         "server_up": health is not None and health.get("status") == "ok",
