@@ -108,7 +108,7 @@ def test_mutated_configs_are_refused_naming_the_key(case):
 
 
 @pytest.mark.slow
-@settings(SLOW, max_examples=600)
+@settings(SLOW, max_examples=500)
 @given(case=mutated_config())
 def test_mutated_configs_are_refused_naming_the_key_many(case):
     check_refused(case)

@@ -74,14 +74,14 @@ def check_manifest(kinds: list[str], skip_bad_files: bool, caplog) -> None:
 kinds_lists = st.lists(st.sampled_from(("good", "good") + BAD_KINDS), min_size=1, max_size=6)
 
 
-@settings(FAST, max_examples=20)
+@settings(FAST, max_examples=10)
 @given(kinds=kinds_lists, skip_bad_files=st.booleans())
 def test_generated_manifests_name_or_skip_their_bad_files(kinds, skip_bad_files, caplog):
     check_manifest(kinds, skip_bad_files, caplog)
 
 
 @pytest.mark.slow
-@settings(SLOW, max_examples=500)
+@settings(SLOW, max_examples=250)
 @given(kinds=kinds_lists, skip_bad_files=st.booleans())
 def test_generated_manifests_name_or_skip_their_bad_files_many(kinds, skip_bad_files, caplog):
     check_manifest(kinds, skip_bad_files, caplog)

@@ -96,7 +96,7 @@ def wav_bytes(num_samples: int, seed: int = 0) -> bytes:
 def test_a_truncated_upload_among_64_concurrent_requests_fails_no_good_one(server, loaded):
     """64 concurrent requests, every fourth a WAV cut to 60 bytes (its header and 8 samples): every good request
     gets 200 and its own text; the cut ones are short audio, 200 with an empty text."""
-    goods = [wav_bytes(RATE // 2 + 800 * index, seed=index) for index in range(4)]
+    goods = [wav_bytes(RATE // 4 + 800 * index, seed=index) for index in range(4)]
     cut = wav_bytes(RATE)[:60]
     uploads = [cut if index % 4 == 3 else goods[index % 4] for index in range(64)]
     expected = {data: decoded_alone(loaded, data)[1] for data in goods + [cut]}
