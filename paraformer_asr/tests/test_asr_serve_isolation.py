@@ -159,6 +159,37 @@ def test_a_failing_batch_is_decoded_one_by_one_and_only_the_faulty_request_gets_
     assert "the decoder failed on this utterance" in caplog.text
 
 
+def test_the_long_recording_lane_answers_bad_samples_400_and_a_fault_500_alone(loaded, monkeypatch):
+    """Uploads longer than chunk_seconds (1 s here) go to the long-recording lane: NaN samples past the header are
+    the client's 400 (not a failure); a decode fault is that recording's 500, counted; short requests go on."""
+    from paraformer_asr.decode.longform import LongFormOptions
+    from paraformer_asr.serving import long_lane
+
+    def fails_on_marked_uploads(loaded_model, source, *args, **kwargs):
+        source.seek(-len(b"fault"), 2)
+        marked = source.read() == b"fault"  # bytes after the WAV's data chunk, which readers ignore
+        source.seek(0)
+        if marked:
+            raise RuntimeError("the window decoder failed")
+        return real_transcribe_long(loaded_model, source, *args, **kwargs)
+
+    real_transcribe_long = long_lane.transcribe_long
+    monkeypatch.setattr(long_lane, "transcribe_long", fails_on_marked_uploads)
+    with_nan = signal(2 * RATE, 1, RATE, 2)
+    with_nan[int(1.5 * RATE), 0] = np.nan
+    short = wav_bytes(RATE // 2)
+    settings_ = replace(SETTINGS, long_form=LongFormOptions(chunk_seconds=1.0, overlap_seconds=0.0))
+    with served(create_app(loaded, settings_), WAIT_S) as url:
+        answers = post_concurrently(url, [(encode(with_nan, RATE, "WAV", "FLOAT"), "long.wav"), (short, "a.wav"),
+                                          (wav_bytes(2 * RATE) + b"fault", "long.wav"), (wav_bytes(2 * RATE), "b.wav")])
+        after = health(url)
+    assert [status for status, _ in answers] == [400, 200, 500, 200], answers
+    assert "NaN or Inf" in answers[0][1]["detail"]
+    assert answers[1][1]["text"] == decoded_alone(loaded, short)[1]
+    assert after["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 1}
+    assert after["long_form"]["recordings"] == 1
+
+
 # ----------------------------------------------------------------------------- generated uploads
 
 

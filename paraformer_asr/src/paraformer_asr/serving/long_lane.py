@@ -31,6 +31,7 @@ from typing import BinaryIO
 import torch
 
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
+from paraformer_asr.errors import DataError
 from paraformer_asr.inference import LoadedModel
 from paraformer_asr.serving.batcher import BatcherClosed, MicroBatcher, Recognition
 
@@ -73,7 +74,7 @@ class LongFormLane:
         self._audio_seconds = 0.0
         self._decode_seconds = 0.0
         self._yield_seconds = 0.0
-        self._failures = 0  # recordings whose decode raised (each answered alone; the lane keeps serving)
+        self._failures = 0  # recordings whose decode failed by a server fault (not unreadable samples: those are 400)
 
     def start(self) -> None:
         with self._lock:
@@ -131,11 +132,13 @@ class LongFormLane:
             try:
                 result = transcribe_long(self.loaded, job.source, self.device, self.options, name=job.name,
                                          pause=self._yield_to_short_requests)
-            except Exception as exc:  # handed to the request; the lane keeps serving
-                if not isinstance(exc, BatcherClosed):
-                    log.warning("long recording %s failed: %s: %s", job.name, type(exc).__name__, exc)
-                    with self._lock:
-                        self._failures += 1
+            except (BatcherClosed, DataError) as exc:  # shutting down, or samples found unreadable: the client's 400
+                job.future.set_exception(exc)
+                return
+            except Exception as exc:  # a server fault, handed to this request alone; the lane keeps serving
+                log.warning("long recording %s failed: %s: %s", job.name, type(exc).__name__, exc)
+                with self._lock:
+                    self._failures += 1
                 job.future.set_exception(exc)
                 return
             with self._lock:
