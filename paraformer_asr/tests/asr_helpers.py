@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import math
 import random
 import socket
@@ -105,6 +106,26 @@ def tiny_audio_config(manifest: Path, output_dir: Path, name: str, epochs: int) 
         "train": {"epochs": epochs, "batch_size": 4, "eval_batch_size": 8, "lr": 0.003, "warmup_steps": 2,
                   "log_every": 50, "plot_utterances": 0},
     }
+
+
+class PackageWarnings(logging.Handler):
+    """``with PackageWarnings() as warnings:`` collects the messages of warnings (and worse) logged under the
+    ``paraformer_asr`` logger. A run folder's logging turns that logger's propagation off, so pytest's caplog
+    misses them once a training test has run."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self) -> PackageWarnings:
+        logging.getLogger("paraformer_asr").addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger("paraformer_asr").removeHandler(self)
 
 
 def untrained_audio_model(seed: int = 0):
