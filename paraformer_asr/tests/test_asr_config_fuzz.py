@@ -101,7 +101,7 @@ def test_every_shipped_config_is_valid_and_every_setting_is_generated():
     assert len(SHIPPED) >= 7 and len(NUMERIC) >= 40
 
 
-@settings(FAST, max_examples=50)
+@settings(FAST, max_examples=25)
 @given(case=mutated_config())
 def test_mutated_configs_are_refused_naming_the_key(case):
     check_refused(case)

@@ -35,6 +35,7 @@ from paraformer_asr.inference import LoadedModel
 
 log = logging.getLogger(__name__)
 
+
 class BatcherClosed(RuntimeError):
     """The batcher is not running (not started yet, or shut down): no new requests are taken."""
 

@@ -37,6 +37,7 @@ from paraformer_asr.serving.batcher import BatcherClosed, MicroBatcher, Recognit
 
 log = logging.getLogger(__name__)
 
+
 class LaneFull(RuntimeError):
     """Too many long recordings are queued or being decoded; the request may be retried later."""
 
