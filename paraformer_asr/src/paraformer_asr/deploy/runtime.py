@@ -208,9 +208,10 @@ def check_graph(path: Path, sidecar: dict, role: str) -> None:
                               "re-export the checkpoint")
 
 
-def load_exported_model(folder: str | Path, num_threads: int = 0) -> LoadedModel:
+def load_exported_model(folder: str | Path, num_threads: int | None = None) -> LoadedModel:
     """An export folder -> LoadedModel whose ``model`` runs the graphs in onnxruntime with ``num_threads`` intra-op
-    threads (0: onnxruntime's default); CheckpointError naming the file for a bad or mismatched folder."""
+    threads (None: the config's ``run.num_threads``; 0: onnxruntime's default); CheckpointError naming the file for
+    a bad or mismatched folder."""
     require_onnx()
     folder = Path(folder)
     sidecar = read_sidecar(folder)
@@ -221,13 +222,14 @@ def load_exported_model(folder: str | Path, num_threads: int = 0) -> LoadedModel
     if cfg.model.type != sidecar["model_kind"]:
         raise CheckpointError(f"{folder / SIDECAR}: model_kind {sidecar['model_kind']!r} does not match its config's "
                               f"model.type {cfg.model.type!r}")
+    threads = cfg.run.num_threads if num_threads is None else num_threads
     graphs = {}
     for role in GRAPH_ROLES[sidecar["model_kind"]]:
         name = sidecar["graphs"].get(role) if isinstance(sidecar["graphs"], dict) else None
         if not isinstance(name, str):
             raise CheckpointError(f"{folder / SIDECAR} names no '{role}' graph")
         check_graph(folder / name, sidecar, role)
-        graphs[role] = Graph(folder / name, num_threads)
+        graphs[role] = Graph(folder / name, threads)
     tokenizer = tokenizer_from_dict(sidecar["tokenizer"])
     normalizer = FeatureNormalizer.from_dict(sidecar["normalizer"]) if sidecar.get("normalizer") else None
     model = MODEL_CLASSES[sidecar["model_kind"]](cfg, tokenizer, graphs)
