@@ -169,6 +169,7 @@ def test_int8_export_quantizes_the_matmuls_and_decodes(exported, tmp_path):
     folder = export_checkpoint(checkpoint, tmp_path / "int8", quantize="int8").parent
     sidecar = json.loads((folder / "export.json").read_text())
     assert sidecar["precision"] == "int8" and sidecar["graphs"]["decoder"] == "decoder.int8.onnx"
+    assert sidecar["graphs"]["predictor_cif"] == "predictor_cif.onnx"  # the running sums stay in float
     ops = {node.op_type for node in onnx.load(str(folder / "encoder.int8.onnx")).graph.node}
     assert "DynamicQuantizeLinear" in ops or "MatMulInteger" in ops
     loaded, _ = load_model(folder, "onnx", "cpu", 1)

@@ -12,6 +12,7 @@ normaliser, the CIF's alpha_scale, the opset, the precision and the versions tha
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import warnings
@@ -57,15 +58,24 @@ def export_graph(spec: GraphSpec, path: Path, model_kind: str) -> None:
 
 
 def quantize_graph(source: Path, target: Path) -> None:
-    """Dynamic int8 quantization (weights int8, activations quantized on the fly) of one graph."""
+    """Dynamic int8 quantization of one graph: the weights of its matrix products in int8, their activations
+    quantized on the fly; products of two activations (attention scores) stay in float."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
+    quantizer_log = logging.getLogger()  # the quantizer advises pre-processing on the root logger
+    level = quantizer_log.level
+    quantizer_log.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8,
+                         extra_options={"MatMulConstBOnly": True})
+    finally:
+        quantizer_log.setLevel(level)
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | None = None) -> Path:
     """Export ``checkpoint`` (a .pt file or run folder) to the folder ``out``: one .onnx file per graph (int8
-    graphs with ``quantize='int8'``) and :data:`SIDECAR`. -> the sidecar's path."""
+    graphs with ``quantize='int8'``, but for the predictor, whose running sums decide the token count) and
+    :data:`SIDECAR`. -> the sidecar's path."""
     versions = require_onnx()
     if quantize not in (None, "int8"):
         raise ConfigError(f"--quantize must be int8, got {quantize!r}")
@@ -79,8 +89,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | N
         for spec in model_graphs(loaded.model, model_kind, loaded.input_dim):
             traced = Path(scratch) / f"{spec.name}.onnx"
             export_graph(spec, traced, model_kind)
-            name = f"{spec.name}.int8.onnx" if quantize else f"{spec.name}.onnx"
-            if quantize:
+            name = f"{spec.name}.int8.onnx" if quantize and spec.quantize else f"{spec.name}.onnx"
+            if quantize and spec.quantize:
                 quantize_graph(traced, out / name)
             else:
                 shutil.copyfile(traced, out / name)

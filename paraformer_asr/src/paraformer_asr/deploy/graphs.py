@@ -23,13 +23,14 @@ from paraformer_asr.models.paraformer import Paraformer
 @dataclass(frozen=True)
 class GraphSpec:
     """One exported graph: its file stem, module, example inputs (for tracing) and input/output names, with
-    the axes of each that are dynamic (axis -> name)."""
+    the axes of each that are dynamic (axis -> name); ``quantize``: whether --quantize int8 quantizes it."""
 
     name: str
     module: nn.Module
     example: tuple[torch.Tensor, ...]
     inputs: dict[str, dict[int, str]]
     outputs: dict[str, dict[int, str]]
+    quantize: bool = True
 
 
 class EncoderGraph(nn.Module):
@@ -130,7 +131,7 @@ def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif")
     predictor_spec = GraphSpec(f"predictor_{predictor}", PREDICTOR_GRAPHS[predictor](model), (encoder_out, enc_mask),
                                enc_axes, {"alphas": {0: BATCH, 1: ENC_FRAMES},
                                           "integrated_alphas": {0: BATCH, 1: ENC_FRAMES}, "embeddings": slots,
-                                          "num_tokens": {0: BATCH}, "fire_frames": slots})
+                                          "num_tokens": {0: BATCH}, "fire_frames": slots}, quantize=False)
     tokens = 5
     embeddings = torch.randn(2, tokens, encoder_out.shape[2])  # [B, N, D]
     token_mask = torch.ones(2, tokens, dtype=torch.bool)

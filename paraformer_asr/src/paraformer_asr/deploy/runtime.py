@@ -72,8 +72,9 @@ class ExportedModel:
 
     device = CPU
 
-    def __init__(self, cfg: Config, tokenizer, graphs: dict[str, Graph]):
+    def __init__(self, cfg: Config, tokenizer, graphs: dict[str, Graph], precision: str = "fp32"):
         self.cfg: ModelConfig = cfg.model
+        self.precision = precision  # of the graphs: fp32 or int8
         self.graphs = graphs
         self.vocab_size = tokenizer.vocab_size
         self.pad_id, self.eos_id, self.blank_id = tokenizer.pad_id, tokenizer.eos_id, tokenizer.blank_id
@@ -132,8 +133,8 @@ class OnnxDecoderCache:
 class OnnxTransformerAR(ExportedModel, ArDecoding):
     """The exported autoregressive baseline: encoder, cross_kv and decoder_step graphs under the PyTorch searches."""
 
-    def __init__(self, cfg: Config, tokenizer, graphs: dict[str, Graph]):
-        super().__init__(cfg, tokenizer, graphs)
+    def __init__(self, cfg: Config, tokenizer, graphs: dict[str, Graph], precision: str = "fp32"):
+        super().__init__(cfg, tokenizer, graphs, precision)
         self.bos_id = tokenizer.bos_id
         self.never_emitted = [self.pad_id, self.bos_id] + ([self.blank_id] if self.blank_id is not None else [])
 
@@ -232,5 +233,5 @@ def load_exported_model(folder: str | Path, num_threads: int | None = None) -> L
         graphs[role] = Graph(folder / name, threads)
     tokenizer = tokenizer_from_dict(sidecar["tokenizer"])
     normalizer = FeatureNormalizer.from_dict(sidecar["normalizer"]) if sidecar.get("normalizer") else None
-    model = MODEL_CLASSES[sidecar["model_kind"]](cfg, tokenizer, graphs)
+    model = MODEL_CLASSES[sidecar["model_kind"]](cfg, tokenizer, graphs, sidecar["precision"])
     return LoadedModel(model, cfg, tokenizer, normalizer, int(sidecar["input_dim"]), folder)
