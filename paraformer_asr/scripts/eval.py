@@ -7,7 +7,8 @@ num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy
 Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
 word_boundary_words. --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
 their CIF times (the autoregressive baseline gives no times).
-A run folder means its checkpoints/best.pt; with --backend onnx, --checkpoint is an export folder (scripts/export.py). Toy checkpoints are evaluated on their toy split;
+A run folder means its checkpoints/best.pt; with --backend onnx, --checkpoint is an export folder
+(scripts/export.py). Toy checkpoints are evaluated on their toy split;
 --manifest evaluates any JSON Lines manifest with an audio-trained checkpoint.
 
 Long recordings: when a manifest has a recording longer than --chunk-seconds (or with --long-form), every

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 import paraformer_asr
-from paraformer_asr.deploy.graphs import GraphSpec, ar_graphs, paraformer_graphs
+from paraformer_asr.deploy.graphs import PREDICTOR_GRAPHS, GraphSpec, ar_graphs, paraformer_graphs
 from paraformer_asr.deploy.onnx_extra import require_onnx
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import load_trained_model
@@ -35,10 +35,10 @@ KIND_KEY = "paraformer_asr.model_kind"  # metadata of every graph: the model kin
 ROLE_KEY = "paraformer_asr.graph"
 
 
-def model_graphs(model: torch.nn.Module, model_kind: str, input_dim: int) -> list[GraphSpec]:
-    """The graphs of a model kind ('paraformer' or 'transformer_ar')."""
+def model_graphs(model: torch.nn.Module, model_kind: str, input_dim: int, predictor: str | None) -> list[GraphSpec]:
+    """The graphs of a model kind ('paraformer', with its token extractor ``predictor``, or 'transformer_ar')."""
     if model_kind == "paraformer":
-        return paraformer_graphs(model, input_dim)
+        return paraformer_graphs(model, input_dim, predictor)
     return ar_graphs(model, input_dim)
 
 
@@ -82,11 +82,15 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | N
     loaded = load_trained_model(checkpoint, torch.device("cpu"))
     state = torch.load(loaded.path, map_location="cpu", weights_only=True)
     model_kind = loaded.cfg.model.type
+    predictor_kind = getattr(loaded.cfg.model, "predictor", "cif") if model_kind == "paraformer" else None
+    if predictor_kind is not None and predictor_kind not in PREDICTOR_GRAPHS:
+        raise ConfigError(f"{loaded.path}: model.predictor {predictor_kind!r} has no ONNX export (exportable: "
+                          f"{', '.join(PREDICTOR_GRAPHS)})")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     graphs = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for spec in model_graphs(loaded.model, model_kind, loaded.input_dim):
+        for spec in model_graphs(loaded.model, model_kind, loaded.input_dim, predictor_kind):
             traced = Path(scratch) / f"{spec.name}.onnx"
             export_graph(spec, traced, model_kind)
             name = f"{spec.name}.int8.onnx" if quantize and spec.quantize else f"{spec.name}.onnx"
@@ -97,8 +101,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | N
             graphs[spec.name] = name
     predictor = getattr(loaded.model, "predictor", None)
     sidecar = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "model_kind": model_kind, "predictor": "cif"
-        if model_kind == "paraformer" else None, "precision": quantize or "fp32", "opset": OPSET, "graphs": graphs,
+        "format": FORMAT, "format_version": FORMAT_VERSION, "model_kind": model_kind, "predictor": predictor_kind,
+        "precision": quantize or "fp32", "opset": OPSET, "graphs": graphs,
         "input_dim": loaded.input_dim, "sample_rate": loaded.cfg.data.sample_rate,
         "alpha_scale": float(predictor.alpha_scale) if predictor is not None else None,
         "config": state["config"], "tokenizer": state["tokenizer"], "normalizer": state.get("normalizer"),

@@ -64,7 +64,9 @@ class CifPredictorGraph(nn.Module):
         return alphas, integrated, embeddings, num_tokens, fire_frames
 
 
-PREDICTOR_GRAPHS = {"cif": lambda model: CifPredictorGraph(model.predictor)}  # model.predictor -> its graph
+# model.predictor (the token extractor) -> its graph module; every one takes (encoder_out, enc_mask) and returns
+# (alphas, integrated_alphas, embeddings, num_tokens, fire_frames) as CifPredictorGraph does.
+PREDICTOR_GRAPHS = {"cif": lambda model: CifPredictorGraph(model.predictor)}
 
 
 class NarDecoderGraph(nn.Module):
@@ -125,6 +127,7 @@ def _encoder_spec(model: nn.Module, input_dim: int) -> tuple[GraphSpec, torch.Te
 
 
 def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif") -> list[GraphSpec]:
+    """encoder, predictor_<predictor> (:data:`PREDICTOR_GRAPHS`) and decoder."""
     encoder, encoder_out, enc_mask = _encoder_spec(model, input_dim)
     enc_axes = {"encoder_out": {0: BATCH, 1: ENC_FRAMES}, "enc_mask": {0: BATCH, 1: ENC_FRAMES}}
     slots = {0: BATCH, 1: "token_slots"}

@@ -27,7 +27,7 @@ from paraformer_asr.models.cif import CifOutput
 from paraformer_asr.models.encoder import check_encodable, subsampled_lengths
 from paraformer_asr.models.paraformer import ParaformerDecoding
 
-GRAPH_ROLES = {"paraformer": ("encoder", "predictor_cif", "decoder"),
+GRAPH_ROLES = {"paraformer": ("encoder", "predictor", "decoder"),
                "transformer_ar": ("encoder", "cross_kv", "decoder_step")}
 CPU = torch.device("cpu")
 
@@ -91,12 +91,13 @@ class ExportedModel:
 
 
 class OnnxParaformer(ExportedModel, ParaformerDecoding):
-    """The exported Paraformer: encoder -> predictor -> decoder graphs; decoding as the PyTorch model's."""
+    """The exported Paraformer: encoder -> predictor (the sidecar's ``predictor``: ``predictor_cif``) -> decoder
+    graphs; decoding as the PyTorch model's."""
 
     def forward(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
         """Inference pass: -> (logits [B, N, V], cif), N = max(num_tokens)."""
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        alphas, integrated, embeddings, num_tokens, fire_frames = self.graphs["predictor_cif"](
+        alphas, integrated, embeddings, num_tokens, fire_frames = self.graphs["predictor"](
             encoder_out=encoder_out, enc_mask=enc_mask)  # embeddings [B, S, D] over S >= N slots
         width = int(num_tokens.max()) if num_tokens.numel() > 0 else 0
         token_mask = lengths_to_mask(num_tokens, width)  # [B, N]
@@ -226,10 +227,11 @@ def load_exported_model(folder: str | Path, num_threads: int | None = None) -> L
     threads = cfg.run.num_threads if num_threads is None else num_threads
     graphs = {}
     for role in GRAPH_ROLES[sidecar["model_kind"]]:
-        name = sidecar["graphs"].get(role) if isinstance(sidecar["graphs"], dict) else None
+        stem = f"predictor_{sidecar.get('predictor')}" if role == "predictor" else role  # the token extractor's graph
+        name = sidecar["graphs"].get(stem) if isinstance(sidecar["graphs"], dict) else None
         if not isinstance(name, str):
-            raise CheckpointError(f"{folder / SIDECAR} names no '{role}' graph")
-        check_graph(folder / name, sidecar, role)
+            raise CheckpointError(f"{folder / SIDECAR} names no '{stem}' graph")
+        check_graph(folder / name, sidecar, stem)
         graphs[role] = Graph(folder / name, threads)
     tokenizer = tokenizer_from_dict(sidecar["tokenizer"])
     normalizer = FeatureNormalizer.from_dict(sidecar["normalizer"]) if sidecar.get("normalizer") else None
