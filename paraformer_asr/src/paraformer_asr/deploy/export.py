@@ -24,7 +24,8 @@ import paraformer_asr
 from paraformer_asr.deploy.graphs import PREDICTOR_GRAPHS, GraphSpec, ar_graphs, paraformer_graphs
 from paraformer_asr.deploy.onnx_extra import require_onnx
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import load_trained_model
+from paraformer_asr.inference import model_from_checkpoint, resolve_eval_checkpoint
+from paraformer_asr.training.checkpointing import load_checkpoint
 
 SIDECAR = "export.json"
 FORMAT = "paraformer_asr-onnx"
@@ -79,8 +80,9 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | N
     versions = require_onnx()
     if quantize not in (None, "int8"):
         raise ConfigError(f"--quantize must be int8, got {quantize!r}")
-    loaded = load_trained_model(checkpoint, torch.device("cpu"))
-    state = torch.load(loaded.path, map_location="cpu", weights_only=True)
+    path = resolve_eval_checkpoint(checkpoint)
+    state = load_checkpoint(path)  # read once: the model and the sidecar's config, tokenizer and normaliser
+    loaded = model_from_checkpoint(state, path, torch.device("cpu"))
     model_kind = loaded.cfg.model.type
     predictor_kind = getattr(loaded.cfg.model, "predictor", "cif") if model_kind == "paraformer" else None
     if predictor_kind is not None and predictor_kind not in PREDICTOR_GRAPHS:
@@ -109,6 +111,6 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | N
         "source_checkpoint": str(loaded.path),
         "versions": {"paraformer_asr": paraformer_asr.__version__, "torch": torch.__version__, **versions},
     }
-    path = out / SIDECAR
-    path.write_text(json.dumps(sidecar, indent=1) + "\n", encoding="utf-8")
-    return path
+    sidecar_path = out / SIDECAR
+    sidecar_path.write_text(json.dumps(sidecar, indent=1) + "\n", encoding="utf-8")
+    return sidecar_path
