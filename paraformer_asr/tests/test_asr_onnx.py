@@ -90,16 +90,25 @@ def _train_toy(folder, model_type: str):
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """{kind: (checkpoint, fp32 export folder)} for a trained toy Paraformer and AR baseline."""
+    """{kind: (checkpoint, fp32 export folder)} for a trained toy Paraformer and AR baseline (the AR one exported
+    through scripts/export.py)."""
     if not HAS_ORT:
         pytest.skip("the optional [onnx] extra is not installed")
+    from paraformer_asr.cli import run_main
     from paraformer_asr.deploy.export import export_checkpoint
 
     root = tmp_path_factory.mktemp("onnx")
     out = {}
     for kind in ("paraformer", "transformer_ar"):
-        checkpoint = _train_toy(root / f"runs_{kind}", kind)
-        out[kind] = (checkpoint, export_checkpoint(checkpoint, root / f"export_{kind}").parent)
+        checkpoint, folder = _train_toy(root / f"runs_{kind}", kind), root / f"export_{kind}"
+        if kind == "paraformer":
+            export_checkpoint(checkpoint, folder)
+        else:
+            assert run_main(load_script("export").main, ["--checkpoint", str(checkpoint.parents[1]), "--out",
+                                                          str(folder)]) == 0
+        assert sorted(path.name for path in folder.iterdir()) == sorted(
+            ["export.json", *json.loads((folder / "export.json").read_text())["graphs"].values()])
+        out[kind] = (checkpoint, folder)
     return out
 
 
