@@ -6,10 +6,12 @@
    autoregressive baseline) on the same evaluation set, in one run: CER, RTF and latency per
    utterance for greedy and beam decoding at each batch size (default 1 and 16), and the greedy
    speed-up of every model over the slowest one at batch 1. Each measurement is repeated --rounds
-   times, the models taking turns, and the median round is reported.
+   times, the models taking turns, and the median round is reported. --exports adds export folders
+   (scripts/export.py, fp32 or int8) decoded in onnxruntime: PyTorch against onnxruntime in the same run.
 
     python scripts/benchmark.py [--batch 16 --frames 500 --dim 256]
-    python scripts/benchmark.py --skip-cif --checkpoints RUN_A RUN_B [--split test | --manifest FILE.jsonl]
+    python scripts/benchmark.py --skip-cif --checkpoints RUN_A RUN_B [--exports EXPORT_DIR ...]
+        [--split test | --manifest FILE.jsonl] [--threads 1]
         [--max-utterances 200] [--batch-sizes 1 16] [--beam-size 4] [--rounds 3] [--device cpu|cuda]
         [--out FILE.json] [--table FILE.md]
 """
@@ -38,13 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loop-repeats", type=int, default=2)
     parser.add_argument("--skip-cif", action="store_true", help="do not run the CIF benchmark")
     parser.add_argument("--checkpoints", nargs="+", default=[], help="checkpoints or run folders to compare")
+    parser.add_argument("--exports", nargs="+", default=[],
+                        help="export folders (scripts/export.py) to decode in onnxruntime beside the checkpoints")
     parser.add_argument("--split", choices=("val", "test"), default="val")
     parser.add_argument("--manifest", help="JSON Lines manifest to decode (audio checkpoints)")
     parser.add_argument("--max-utterances", type=int, default=200)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="repeat every decoding measurement; report the median")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = torch default)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch and onnxruntime CPU threads (0 = the libraries' default)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the models decode")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--table", help="write the model comparison as a Markdown table here")
@@ -58,9 +63,9 @@ def main(argv: list[str] | None = None) -> int:
                      "device_name": device_name(args.device)}
     if not args.skip_cif:
         results["cif"] = benchmark_cif(args.batch, args.frames, args.dim, args.repeats, args.loop_repeats)
-    if args.checkpoints:
+    if args.checkpoints or args.exports:
         rows = benchmark_models(args.checkpoints, args.split, args.manifest, args.max_utterances, args.batch_sizes,
-                                args.beam_size, args.device, args.rounds)
+                                args.beam_size, args.device, args.rounds, args.exports, args.threads)
         results["decoding"] = rows
         results["greedy_speedup_batch1_vs_slowest"] = greedy_speedups(rows)
         table = markdown_table(rows)

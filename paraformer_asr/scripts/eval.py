@@ -1,13 +1,14 @@
 """Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
     [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--lm-order N --lm-weight W]
-    [--split val|test] [--manifest FILE.jsonl]
+    [--split val|test] [--manifest FILE.jsonl] [--backend torch|onnx] [--num-threads N]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
 num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features), and, for a
 Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
 word_boundary_words. --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
 their CIF times (the autoregressive baseline gives no times).
-A run folder means its checkpoints/best.pt. Toy checkpoints are evaluated on their toy split;
+A run folder means its checkpoints/best.pt; with --backend onnx, --checkpoint is an export folder
+(scripts/export.py). Toy checkpoints are evaluated on their toy split;
 --manifest evaluates any JSON Lines manifest with an audio-trained checkpoint.
 
 Long recordings: when a manifest has a recording longer than --chunk-seconds (or with --long-form), every
@@ -22,45 +23,35 @@ import json
 import sys
 from pathlib import Path
 
-from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main, window_progress
+from paraformer_asr.cli import (add_backend_arguments, add_long_form_arguments, long_form_options, run_main,
+                                 window_progress)
+from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import load_trained_model
-from paraformer_asr.runtime import apply_num_threads, resolve_device
+from paraformer_asr.inference import load_model
 from paraformer_asr.training.evaluation import evaluate_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    add_backend_arguments(parser)
     parser.add_argument("--out", help="write the scores as JSON here")
     parser.add_argument("--save-predictions", help="write one JSON line per utterance: id, ref, hyp")
-    parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--lm-order", type=int, default=0,
-                        help="with --decode beam: fuse a token n-gram LM of this order (over the checkpoint's "
-                             "characters or subword units), estimated from its training transcripts (0 = no LM)")
-    parser.add_argument("--lm-weight", type=float, default=0.3, help="shallow-fusion weight of the LM")
     parser.add_argument("--split", choices=("val", "test"), default="val")
     parser.add_argument("--manifest", help="JSON Lines manifest to evaluate (audio checkpoints)")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: the config's)")
     parser.add_argument("--long-form", action="store_true",
                         help="decode every recording window by window, even the short ones")
+    add_decoding_arguments(parser)
     add_long_form_arguments(parser)
     args = parser.parse_args(argv)
     options = long_form_options(args)
-    if args.beam_size < 1 or args.batch_size < 1:
-        raise ConfigError("--beam-size and --batch-size must be >= 1")
-    if args.lm_order < 0 or args.lm_weight < 0 or (args.lm_order > 0 and args.decode != "beam"):
-        raise ConfigError("--lm-order and --lm-weight must be >= 0, and an LM needs --decode beam")
+    decoding = decoding_options(args)
+    if args.batch_size < 1:
+        raise ConfigError("--batch-size must be >= 1")
 
-    device = resolve_device(args.device)
-    loaded = load_trained_model(args.checkpoint, device)
-    apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
-    result, predictions = evaluate_checkpoint(loaded, device, args.split, args.manifest, options, args.decode,
-                                              args.beam_size, args.lm_order, args.lm_weight, args.batch_size,
-                                              args.long_form, progress=window_progress())
+    loaded, device = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
+    result, predictions = evaluate_checkpoint(loaded, device, args.split, args.manifest, options, decoding,
+                                              args.batch_size, args.long_form, progress=window_progress())
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

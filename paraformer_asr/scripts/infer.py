@@ -4,6 +4,9 @@
     python scripts/infer.py --checkpoint CKPT feats.npy            (feature files [T, F], .npy or .pt)
     python scripts/infer.py --checkpoint CKPT --toy-split val --toy-count 5   (toy checkpoints)
 
+    python scripts/infer.py --backend onnx --checkpoint EXPORT_DIR a.wav   (an export of scripts/export.py)
+
+Decoding: --decode greedy|beam --beam-size K --lm-order N --lm-weight W, as eval.py.
 --with-ids prefixes each line with the input name and a tab. A run folder means its best.pt.
 --timestamps prints one JSON line per input instead: {"audio", "text", "tokens": [{"token", "start_ms", "end_ms"}],
 "words": [{"word", "start_ms", "end_ms"}]}, times from the CIF (Paraformer checkpoints only: the autoregressive
@@ -22,44 +25,40 @@ import json
 import sys
 from pathlib import Path
 
-from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main, window_bar
+from paraformer_asr.cli import add_backend_arguments, add_long_form_arguments, long_form_options, run_main, window_bar
+from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
 from paraformer_asr.decode.subtitles import format_srt, group_cues
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import load_trained_model
-from paraformer_asr.runtime import apply_num_threads, resolve_device
+from paraformer_asr.inference import load_model
 from paraformer_asr.transcribe import transcribe_inputs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True)
+    add_backend_arguments(parser)
     parser.add_argument("inputs", nargs="*",
                         help="audio files (.wav, .flac, .ogg, ...) or feature files (.npy / .pt, [T, F])")
     parser.add_argument("--toy-split", choices=("train", "val", "test"), help="transcribe items of the toy set")
     parser.add_argument("--toy-count", type=int, default=5)
-    parser.add_argument("--decode", choices=("greedy", "beam"), default="greedy")
-    parser.add_argument("--beam-size", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--with-ids", action="store_true")
     parser.add_argument("--timestamps", action="store_true", help="print JSON lines with token and word times")
     parser.add_argument("--srt", help="write the subtitles of the (single) input to this .srt file")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    add_decoding_arguments(parser)
     add_long_form_arguments(parser)
     args = parser.parse_args(argv)
     options = long_form_options(args)
+    decoding = decoding_options(args)
     if not args.inputs and not args.toy_split:
         raise ConfigError("give input files or --toy-split")
-    if args.beam_size < 1 or args.batch_size < 1 or args.toy_count < 1:
-        raise ConfigError("--beam-size, --batch-size and --toy-count must be >= 1")
+    if args.batch_size < 1 or args.toy_count < 1:
+        raise ConfigError("--batch-size and --toy-count must be >= 1")
     if args.srt and len(args.inputs) + (args.toy_count if args.toy_split else 0) != 1:
         raise ConfigError("--srt writes the subtitles of one recording: give exactly one input")
 
-    device = resolve_device(args.device)
-    loaded = load_trained_model(args.checkpoint, device)
-    apply_num_threads(loaded.cfg.run.num_threads)
-    results = transcribe_inputs(loaded, device, args.inputs, options, args.toy_split, args.toy_count, args.decode,
-                                args.beam_size, args.batch_size, timed=args.timestamps or bool(args.srt),
-                                window_progress=window_bar)
+    loaded, device = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
+    results = transcribe_inputs(loaded, device, args.inputs, options, args.toy_split, args.toy_count, decoding,
+                                args.batch_size, timed=args.timestamps or bool(args.srt), window_progress=window_bar)
     for result in results:
         if args.timestamps:
             print(json.dumps(result))

@@ -1,6 +1,7 @@
 """Serve a trained checkpoint over HTTP: python scripts/serve.py --checkpoint CKPT [--host 127.0.0.1] [--port 8000]
     [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 3600] [--max-upload-mb 128] [--device auto]
     [--long-yield-ms 200] [--max-long-recordings 4] [long-recording options: --chunk-seconds 20 --segment pauses ...]
+    [--backend torch|onnx] [--num-threads N] [decoding options, as eval.py: --decode beam --beam-size 4 --lm-order 3]
 
 POST /transcribe (multipart form, audio file in field 'file') -> {"text", "duration_s", "rtf", "words"}; GET /health;
 docs at /docs. Concurrent short requests are decoded together: the batcher waits at most --max-wait-ms to fill a
@@ -16,10 +17,10 @@ import argparse
 import importlib.util
 import sys
 
-from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main
+from paraformer_asr.cli import add_backend_arguments, add_long_form_arguments, long_form_options, run_main
+from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import load_trained_model
-from paraformer_asr.runtime import apply_num_threads, resolve_device
+from paraformer_asr.inference import load_model
 from paraformer_asr.serving.settings import ServeSettings
 
 SERVE_MODULES = ("fastapi", "uvicorn", "python_multipart")
@@ -34,7 +35,7 @@ def check_serve_extra() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    add_backend_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--max-batch-size", type=int, default=8)
@@ -46,12 +47,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest wait of the long-recording lane for idle short requests, per window batch")
     parser.add_argument("--max-long-recordings", type=int, default=4,
                         help="long recordings queued or being decoded at once; more get 503")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--num-threads", type=int, default=None,
-                        help="torch CPU threads of each lane (default: the config's)")
+    add_decoding_arguments(parser)
     add_long_form_arguments(parser)
     args = parser.parse_args(argv)
     options = long_form_options(args)
+    decoding = decoding_options(args)
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     if not args.max_upload_mb > 0:
@@ -65,9 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
                              max_audio_seconds=args.max_audio_seconds, max_batch_size=args.max_batch_size,
                              max_wait_ms=args.max_wait_ms, long_form=options, long_yield_ms=args.long_yield_ms,
-                             max_long_recordings=args.max_long_recordings)
-    loaded = load_trained_model(args.checkpoint, resolve_device(args.device))
-    apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
+                             max_long_recordings=args.max_long_recordings, decoding=decoding)
+    loaded, _ = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
     app = create_app(loaded, settings)
     print(f"serving {loaded.path} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

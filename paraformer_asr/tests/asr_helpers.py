@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import random
 import socket
 import subprocess
@@ -20,11 +21,20 @@ import torch
 PROJECT = Path(__file__).resolve().parents[1]
 
 
+def script_environment() -> dict[str, str]:
+    """A bare environment for script subprocesses (CI=1: no progress bars), keeping PYTHONPATH so that they import
+    the same package as the tests."""
+    env = {"CI": "1", "PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
 def run_script(name: str, *args, cwd, check: bool = True) -> subprocess.CompletedProcess:
     """scripts/<name> in a subprocess from ``cwd`` (CI=1: no progress bars); AssertionError with its stderr when
     ``check`` and it fails."""
     result = subprocess.run([sys.executable, str(PROJECT / "scripts" / name), *map(str, args)], cwd=cwd,
-                            capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
+                            capture_output=True, text=True, env=script_environment(), timeout=240)
     if check and result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result

@@ -16,7 +16,7 @@ from paraformer_asr.training.checkpointing import BestCheckpoints, load_checkpoi
 from paraformer_asr.training.loop import Trainer
 from paraformer_asr.training.run_folder import RunFolder
 
-from asr_helpers import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, script_environment, tiny_raw_config
 
 
 def test_best_checkpoints_keep_the_n_lowest_cers_earlier_epoch_first_on_ties(tmp_path):
@@ -107,7 +107,7 @@ def test_averaging_refuses_other_configs_and_tokenizers(tmp_path):
 def test_average_checkpoints_script_output_is_read_by_eval(kept_run, tmp_path):
     def run(script, *args):
         return subprocess.run([sys.executable, str(PROJECT / "scripts" / script), *map(str, args)], cwd=tmp_path,
-                              capture_output=True, text=True, env={"CI": "1", "PATH": "/usr/bin:/bin"}, timeout=240)
+                              capture_output=True, text=True, env=script_environment(), timeout=240)
 
     done = run("average_checkpoints.py", kept_run, "--best", "2", "--out", "avg.pt")
     assert done.returncode == 0, done.stderr

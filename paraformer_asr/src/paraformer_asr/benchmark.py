@@ -17,7 +17,7 @@ import torch
 
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.decode.speed import benchmark_decoding
-from paraformer_asr.inference import evaluation_dataset, load_trained_model
+from paraformer_asr.inference import evaluation_dataset, load_model
 from paraformer_asr.models.cif import cif_integrate, inference_token_count
 from paraformer_asr.models.factory import count_parameters
 
@@ -99,28 +99,33 @@ def benchmark_cif(batch: int, frames: int, dim: int, repeats: int, loop_repeats:
 
 
 def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, max_utterances: int,
-                     batch_sizes: list[int], beam_size: int, device_type: str, rounds: int) -> list[dict]:
-    """One row per (model, batch size, decoding method), all on the same utterances.
+                     batch_sizes: list[int], beam_size: int, device_type: str, rounds: int,
+                     exports: list[str] = (), num_threads: int = 1) -> list[dict]:
+    """One row per (model, batch size, decoding method), all on the same utterances: the PyTorch ``checkpoints``,
+    then the ``exports`` (folders of scripts/export.py, fp32 or int8) in onnxruntime with ``num_threads`` threads.
 
     Every measurement is repeated ``rounds`` times; the rounds interleave the models, so a slow spell
     of a shared machine hits all of them alike. A row is the round with the median decoding time,
     plus ``rounds`` and ``round_latencies_ms`` (every round's latency per utterance).
     """
-    device = torch.device(device_type)
     cases = []  # (row header, model, tokenizer, batches, method) in row order
-    for checkpoint in checkpoints:
-        loaded = load_trained_model(checkpoint, device)
+    sources = [(checkpoint, "torch") for checkpoint in checkpoints] + [(folder, "onnx") for folder in exports]
+    for source, backend in sources:
+        loaded, device = load_model(source, backend, device_type, num_threads)
         dataset = evaluation_dataset(loaded, split, manifest)
         items = [dataset[i] for i in range(min(max_utterances, len(dataset)))]
         collate = Collator(loaded.tokenizer.pad_id)
-        header = {"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path),
-                  "parameters": count_parameters(loaded.model), "device": str(device)}
+        header = {"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path), "backend": backend,
+                  "name": loaded.path.name if backend == "onnx" else loaded.path.parent.parent.name,
+                  "precision": getattr(loaded.model, "precision", "fp32"), "device": str(device),
+                  "parameters": count_parameters(loaded.model) if backend == "torch" else None}
         for size in batch_sizes:
             batches = [collate(items[i:i + size]) for i in range(0, len(items), size)]
             cases += [(header, loaded.model, loaded.tokenizer, batches, method) for method in ("greedy", "beam")]
     results: list[list[dict]] = [[] for _ in cases]
     for _ in range(rounds):
-        for case_results, (_, model, tokenizer, batches, method) in zip(results, cases):
+        for case_results, (header, model, tokenizer, batches, method) in zip(results, cases):
+            device = torch.device(header["device"])
             case_results.append(benchmark_decoding(model, batches, method, device, tokenizer, beam_size))
     rows = []
     for (header, *_), case_results in zip(cases, results):
@@ -141,11 +146,12 @@ def greedy_speedups(rows: list[dict]) -> dict:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| model | checkpoint | decode | batch | utterances | tokens / utt. | CER | RTF | latency (ms / utt.) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | checkpoint | backend | decode | batch | utterances | tokens / utt. | CER | RTF | "
+             "latency (ms / utt.) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decode = "greedy" if r["method"] == "greedy" else f"beam {r['beam_size']}"
-        lines.append(f"| {r['model_type']} | {Path(r['checkpoint']).parent.parent.name} | {decode} | "
+        backend = "PyTorch" if r["backend"] == "torch" else f"onnxruntime {r['precision']}"
+        lines.append(f"| {r['model_type']} | {r['name']} | {backend} | {decode} | "
                      f"{r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
                      f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
                      f"{r['latency_ms_per_utterance']:.2f} |")

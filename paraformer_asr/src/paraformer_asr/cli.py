@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 from paraformer_asr.decode.longform import CUT_RULES, DEFAULT_OVERLAP_SHARE, SEGMENTATIONS, LongFormOptions
 from paraformer_asr.errors import UserError
+from paraformer_asr.inference import BACKENDS
 
 USER_ERROR_EXIT = 2
 
@@ -22,6 +23,19 @@ def run_main(main: Callable[[list[str] | None], int | None], argv: list[str] | N
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
+
+
+def add_backend_arguments(parser) -> None:
+    """--checkpoint, --backend, --device and --num-threads: what infer.py, eval.py and serve.py load and run on
+    (see :func:`paraformer_asr.inference.load_model`)."""
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint file or run folder (--backend torch), export folder (--backend onnx)")
+    parser.add_argument("--backend", choices=BACKENDS, default="torch",
+                        help="torch, or onnx: the graphs of scripts/export.py in onnxruntime on the CPU (needs the "
+                             "optional extra: pip install -e 'paraformer_asr[onnx]')")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--num-threads", type=int, default=None,
+                        help="CPU threads of torch and onnxruntime (default: the config's run.num_threads)")
 
 
 def add_long_form_arguments(parser) -> None:

@@ -19,6 +19,7 @@ from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
 from paraformer_asr.models.factory import build_model
+from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.checkpointing import load_checkpoint
 
 
@@ -30,6 +31,11 @@ class LoadedModel:
     normalizer: Any
     input_dim: int
     path: Path
+
+
+def model_device(model) -> torch.device:
+    """Where a loaded model runs: its ``device`` attribute (the onnxruntime backend: the CPU), else its parameters'."""
+    return getattr(model, "device", None) or next(model.parameters()).device
 
 
 def resolve_eval_checkpoint(path: str | Path) -> Path:
@@ -44,6 +50,31 @@ def resolve_eval_checkpoint(path: str | Path) -> Path:
 def load_trained_model(path: str | Path, device: torch.device) -> LoadedModel:
     path = resolve_eval_checkpoint(path)
     return model_from_checkpoint(load_checkpoint(path), path, device)
+
+
+BACKENDS = ("torch", "onnx")
+
+
+def load_model(path: str | Path, backend: str = "torch", device: str = "auto",
+               num_threads: int | None = None) -> tuple[LoadedModel, torch.device]:
+    """The model the scripts run: backend 'torch' loads a checkpoint (or run folder) onto ``device``; 'onnx' loads an
+    export folder (scripts/export.py) into onnxruntime, on the CPU. ``num_threads`` CPU threads (None: the
+    config's ``run.num_threads``; 0: the library's default) for torch and, with 'onnx', for onnxruntime.
+    -> (model, device its batches go to)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "onnx":
+        if device not in ("auto", "cpu"):
+            raise ConfigError(f"the onnx backend runs on the CPU; --device must be auto or cpu, got {device!r}")
+        from paraformer_asr.deploy.runtime import load_exported_model  # the optional 'onnx' extra
+
+        loaded = load_exported_model(path, num_threads)
+        target = torch.device("cpu")
+    else:
+        target = resolve_device(device)
+        loaded = load_trained_model(path, target)
+    apply_num_threads(loaded.cfg.run.num_threads if num_threads is None else num_threads)
+    return loaded, target
 
 
 def model_from_checkpoint(state: dict, path: Path, device: torch.device) -> LoadedModel:

@@ -11,6 +11,7 @@ from paraformer_asr.data.audio import audio_info
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.decode import longform
+from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.search import require_timestamps, transcribe_batches
 from paraformer_asr.decode.timestamps import frame_clock, token_entries, word_times
 from paraformer_asr.errors import ConfigError
@@ -26,22 +27,23 @@ def is_long_audio(path: Path, loaded: LoadedModel, chunk_seconds: float) -> bool
 
 
 def transcribe_inputs(loaded: LoadedModel, device: torch.device, inputs: list[str], options: longform.LongFormOptions,
-                      toy_split: str | None = None, toy_count: int = 5, method: str = "greedy", beam_size: int = 4,
-                      batch_size: int = 16, timed: bool = False,
+                      toy_split: str | None = None, toy_count: int = 5,
+                      decoding: DecodingOptions = DecodingOptions(), batch_size: int = 16, timed: bool = False,
                       window_progress: Callable[[str], Callable[[int, int], None] | None] | None = None) -> list[dict]:
     """One result per input file, then per toy item (the first ``toy_count`` of ``toy_split``), in order:
     {"audio", "text"} and, when ``timed`` (Paraformer only: ConfigError otherwise), "tokens" and "words" with
-    their times. Audio longer than ``options.chunk_seconds`` is decoded window by window (decode/longform.py),
+    their times, decoded as ``decoding`` says (decode/options.py). Audio longer than ``options.chunk_seconds`` is decoded window by window (decode/longform.py),
     ``window_progress(name)`` giving its progress callback; the rest in batches of ``batch_size``."""
     if timed:
         require_timestamps(loaded.model)
+    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight
     results: dict[int, dict] = {}  # input index -> result
     items, item_indices = [], []
     for index, name in enumerate(inputs):
         path = Path(name)
         if is_long_audio(path, loaded, options.chunk_seconds):
-            long = longform.transcribe_long(loaded, path, device, options, method=method, beam_size=beam_size,
-                                   progress=window_progress(name) if window_progress else None)
+            long = longform.transcribe_long(loaded, path, device, options, **search,
+                                            progress=window_progress(name) if window_progress else None)
             results[index] = {"audio": name, "text": long.text, "tokens": long.tokens, "words": long.words}
             continue
         features, duration = features_from_file(path, loaded)
@@ -58,7 +60,7 @@ def transcribe_inputs(loaded: LoadedModel, device: torch.device, inputs: list[st
     collate = Collator(loaded.tokenizer.pad_id)
     batches = (collate(items[i:i + batch_size]) for i in range(0, len(items), batch_size))
     clock = frame_clock(loaded.cfg) if timed else None
-    transcripts, _ = transcribe_batches(loaded.model, batches, device, method, beam_size, clock=clock)
+    transcripts, _ = transcribe_batches(loaded.model, batches, device, **search, clock=clock)
     for index, transcript in zip(item_indices, transcripts):
         result = {"audio": transcript.id, "text": loaded.tokenizer.decode(transcript.hyp_tokens)}
         if timed:

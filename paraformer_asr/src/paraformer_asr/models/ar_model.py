@@ -120,10 +120,34 @@ class ArDecoder(nn.Module):
         return logits, DecoderCache(cache.memory_mask, cache.cross_kv, grown)
 
 
-class TransformerAR(nn.Module):
-    """Encoder (shared with the Paraformer) + autoregressive decoder (+ optional CTC head on the encoder)."""
+class ArDecoding:
+    """Greedy and beam search of the autoregressive baseline (decode/ar_search.py), shared by the PyTorch model and
+    the exported one (deploy/runtime.py): a class using it offers ``encode(features, feat_mask)``, ``decode_step``
+    (see :meth:`TransformerAR.decode_step`) and the ids ``bos_id``, ``eos_id``, ``pad_id``, ``never_emitted``."""
 
     gives_timestamps = False  # no CIF: its tokens carry no times
+
+    @torch.no_grad()
+    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, max_length_ratio: float = 1.0,
+                      lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> tokens [B, T_out] long (pad_id past each length, no eos), lengths [B] long."""
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        return ar_greedy_search(self, encoder_out, enc_mask, max_length_ratio, lm, lm_weight)
+
+    @torch.no_grad()
+    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
+                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
+                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
+        beams that do not exist), lengths [B, beam] (tokens without eos)."""
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        return ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty, max_length_ratio, lm,
+                              lm_weight)
+
+
+class TransformerAR(ArDecoding, nn.Module):
+    """Encoder (shared with the Paraformer) + autoregressive decoder (+ optional CTC head on the encoder)."""
+
     calibrates_cif = False  # no CIF: nothing to calibrate
 
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, bos_id: int, eos_id: int,
@@ -196,20 +220,3 @@ class TransformerAR(nn.Module):
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, V]
         check_finite(log_probs, "decoder step log_probs")
         return log_probs, cache
-
-    @torch.no_grad()
-    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, max_length_ratio: float = 1.0,
-                      lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> tokens [B, T_out] long (pad_id past each length, no eos), lengths [B] long."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        return ar_greedy_search(self, encoder_out, enc_mask, max_length_ratio, lm, lm_weight)
-
-    @torch.no_grad()
-    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
-                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
-                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
-        beams that do not exist), lengths [B, beam] (tokens without eos)."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        return ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty, max_length_ratio, lm,
-                              lm_weight)

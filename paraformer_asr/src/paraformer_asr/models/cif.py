@@ -87,6 +87,12 @@ def inference_token_count(alphas: torch.Tensor, tail_threshold: float = 0.5) -> 
     return (full + (total - full >= tail_threshold).to(full.dtype)).long()
 
 
+def token_share(previous: torch.Tensor, cumsum: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The part of a frame's running-sum interval (c_{t-1}, c_t] that lies in token k's slice (k, k + 1]:
+    max(0, min(c_t, k + 1) - max(c_{t-1}, k)), broadcast over float64 ``previous``, ``cumsum`` and ``tokens``."""
+    return (torch.minimum(cumsum, tokens + 1.0) - torch.maximum(previous, tokens)).clamp(min=0.0)
+
+
 def frame_token_weights(alphas: torch.Tensor, num_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """How much of each frame's weight goes to which token.
 
@@ -103,10 +109,8 @@ def frame_token_weights(alphas: torch.Tensor, num_tokens: torch.Tensor) -> tuple
     touched = int(math.ceil(float(alphas.detach().max()))) + 1 if alphas.numel() > 0 else 1
     first = torch.floor(previous.detach()).long().clamp(min=0)  # [B, T] first token each frame touches
     candidates = first.unsqueeze(-1) + torch.arange(touched, device=alphas.device)  # [B, T, K] token ids
-    lower = torch.maximum(previous.unsqueeze(-1), candidates.double())
-    upper = torch.minimum(cumsum.unsqueeze(-1), candidates.double() + 1.0)
     keep = candidates < num_tokens.view(batch, 1, 1)
-    weights = (upper - lower).clamp(min=0.0) * keep  # [B, T, K]
+    weights = token_share(previous.unsqueeze(-1), cumsum.unsqueeze(-1), candidates.double()) * keep  # [B, T, K]
     slots = torch.where(keep, candidates, torch.full_like(candidates, max_tokens))
     return weights, slots
 
@@ -145,6 +149,34 @@ def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
     frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # last frame with alpha > 0
     levels = torch.arange(1, max_tokens + 1, device=hidden.device, dtype=cumsum.dtype).expand(batch, -1)
     fire = torch.searchsorted(cumsum.contiguous(), levels.contiguous())  # [B, N]
+    fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
+    fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))
+    return embeddings, token_mask, fire_frames
+
+
+def dense_cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: torch.Tensor,
+                        slots: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`cif_integrate` written for export (models/export graphs): the same weights and outputs, but over
+    ``slots`` token positions fixed by the input's shape instead of max(num_tokens), so that no shape depends on
+    the data, and with dense [B, T, slots] weights and a batched matmul instead of the scatter-add.
+
+    hidden [B, T, D], alphas [B, T] (threshold units, >= 0, zero on padding), num_tokens [B] long (<= slots)
+    -> embeddings [B, slots, D] (zeros past each count), token_mask [B, slots] bool, fire_frames [B, slots] long
+    (-1 past each count). Running sums in float64, as in :func:`cif_integrate`.
+    """
+    cumsum = torch.cumsum(alphas.double(), dim=1)  # [B, T]  c_t
+    previous = cumsum - alphas.double()  # [B, T]  c_{t-1}
+    tokens = torch.arange(slots, device=hidden.device, dtype=torch.float64)  # [N]
+    token_mask = tokens.unsqueeze(0) < num_tokens.unsqueeze(1)  # [B, N]
+    weights = token_share(previous.unsqueeze(-1), cumsum.unsqueeze(-1), tokens)  # [B, T, N]
+    weights = weights * token_mask.unsqueeze(1)
+    sums = torch.bmm(weights.transpose(1, 2).to(hidden.dtype), hidden)  # [B, N, D]
+    mass = weights.sum(dim=1)  # [B, N]
+    partial = token_mask & (mass < 1.0)
+    scale = torch.where(partial, 1.0 / mass.clamp(min=MIN_MASS), torch.ones_like(mass))  # [B, N]
+    embeddings = sums * scale.unsqueeze(-1).to(hidden.dtype)  # [B, N, D]
+    frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # [B] last frame with alpha > 0
+    fire = (cumsum.unsqueeze(-1) < tokens + 1.0).long().sum(dim=1)  # [B, N] first frame with c_t >= k + 1
     fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
     fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))
     return embeddings, token_mask, fire_frames

@@ -23,6 +23,16 @@ def subsampled_lengths(lengths: torch.Tensor, factor: int) -> torch.Tensor:
     return lengths
 
 
+def check_encodable(lengths: torch.Tensor, factor: int) -> torch.Tensor:
+    """lengths [B] input frames -> their subsampled lengths [B]; ValueError when an utterance is shorter than
+    ``config.MIN_INPUT_FRAMES[factor]`` (the PyTorch encoder and the exported one give the same error)."""
+    out_lengths = subsampled_lengths(lengths, factor)
+    if bool((out_lengths < 1).any()):
+        raise ValueError(f"an utterance of {int(lengths.min())} frames is too short for {factor}x "
+                         f"subsampling (needs >= {MIN_INPUT_FRAMES[factor]} frames)")
+    return out_lengths
+
+
 class ConvSubsampling(nn.Module):
     """features [B, T, F] -> [B, T', D] with T' = subsampled_lengths(T, factor).
 
@@ -89,12 +99,7 @@ class Encoder(nn.Module):
         dims = assert_shape(features, f"B,T,{self.input_dim}", "encoder features")
         check_padding_mask(mask, "encoder mask", (dims["B"], dims["T"]))
         check_finite(features, "encoder features")
-        lengths = mask.sum(dim=1)
-        out_lengths = self.output_lengths(lengths)
-        if bool((out_lengths < 1).any()):
-            shortest = int(lengths.min())
-            raise ValueError(f"an utterance of {shortest} frames is too short for {self.subsampling_factor}x "
-                             f"subsampling (needs >= {MIN_INPUT_FRAMES[self.subsampling_factor]} frames)")
+        out_lengths = check_encodable(mask.sum(dim=1), self.subsampling_factor)  # [B]
         x = self.subsampling(features.masked_fill(~mask.unsqueeze(-1), 0.0))  # [B, T', D]
         out_mask = lengths_to_mask(out_lengths, x.shape[1])
         x = self.dropout(self.positions(x * math.sqrt(self.d_model)))

@@ -25,8 +25,67 @@ from paraformer_asr.models.interface import LossOutput
 from paraformer_asr.models.targets import append_eos
 
 
-class Paraformer(nn.Module):
+class ParaformerDecoding:
+    """The Paraformer's decoding, shared by the PyTorch model and the exported one (deploy/runtime.py): a class
+    using it offers ``forward(features, feat_mask) -> (logits [B, N, V], CifOutput)`` (the inference pass),
+    ``cfg`` (its ModelConfig) and ``pad_id``."""
+
     gives_timestamps = True  # token times from the CIF: decode_with_cif + decode/timestamps.py
+
+    @torch.no_grad()
+    def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
+        """Inference pass: -> (log_probs [B, N, V], cif) over the N output tokens (N from the alphas and
+        the tail rule). With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the
+        others, then dropped from both."""
+        logits, cif = self.forward(features, feat_mask)  # [B, N, V]
+        if self.cfg.predictor_bias == 1:
+            cif = cif.without_last_token()
+            logits = logits[:, :cif.token_mask.shape[1]]  # [B, N - 1, V]
+        log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, N, V]
+        check_finite(log_probs, "decoder log_probs")
+        return log_probs, cif
+
+    @torch.no_grad()
+    def decode_with_cif(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
+                        lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
+        """The best hypothesis and the CIF output it came from (for timestamps), from one pass.
+
+        beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam.
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; cif)."""
+        log_probs, cif = self.posteriors(features, feat_mask)
+        if beam_size == 1 and lm is None:
+            return log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id), cif.num_tokens, cif
+        beams, _ = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
+        return beams[:, 0], cif.num_tokens, cif
+
+    @torch.no_grad()
+    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> tokens [B, T_out] long (pad_id past each length), lengths [B] long. One decoder pass."""
+        tokens, lengths, _ = self.decode_with_cif(features, feat_mask)
+        return tokens, lengths
+
+    @torch.no_grad()
+    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
+                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
+
+        With ``lm`` (a CharNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
+        log_probs, cif = self.posteriors(features, feat_mask)
+        tokens, scores = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
+        lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
+        return tokens, scores, lengths
+
+    def _search_posteriors(self, log_probs: torch.Tensor, cif: CifOutput, beam_size: int, lm,
+                           lm_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given."""
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        if lm is None:
+            return factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id)
+        return fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, lm, lm_weight)
+
+
+class Paraformer(ParaformerDecoding, nn.Module):
     calibrates_cif = True  # calibrate_alpha_scale: the CIF's inference scale from held-out utterances
 
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, eos_id: int,
@@ -114,55 +173,3 @@ class Paraformer(nn.Module):
         self.predictor.alpha_scale.fill_(scale)
         self.train(was_training)
         return scale
-
-    @torch.no_grad()
-    def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
-        """Inference pass: -> (log_probs [B, N, V], cif) over the N output tokens (N from the alphas and
-        the tail rule). With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the
-        others, then dropped from both."""
-        logits, cif = self.forward(features, feat_mask)  # [B, N, V]
-        if self.cfg.predictor_bias == 1:
-            cif = cif.without_last_token()
-            logits = logits[:, :cif.token_mask.shape[1]]  # [B, N - 1, V]
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, N, V]
-        check_finite(log_probs, "decoder log_probs")
-        return log_probs, cif
-
-    @torch.no_grad()
-    def decode_with_cif(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                        lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
-        """The best hypothesis and the CIF output it came from (for timestamps), from one pass.
-
-        beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam.
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; cif)."""
-        log_probs, cif = self.posteriors(features, feat_mask)
-        if beam_size == 1 and lm is None:
-            return log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id), cif.num_tokens, cif
-        beams, _ = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
-        return beams[:, 0], cif.num_tokens, cif
-
-    @torch.no_grad()
-    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> tokens [B, T_out] long (pad_id past each length), lengths [B] long. One decoder pass."""
-        tokens, lengths, _ = self.decode_with_cif(features, feat_mask)
-        return tokens, lengths
-
-    @torch.no_grad()
-    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
-                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
-
-        With ``lm`` (a CharNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
-        log_probs, cif = self.posteriors(features, feat_mask)
-        tokens, scores = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
-        lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
-        return tokens, scores, lengths
-
-    def _search_posteriors(self, log_probs: torch.Tensor, cif: CifOutput, beam_size: int, lm,
-                           lm_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given."""
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-        if lm is None:
-            return factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id)
-        return fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, lm, lm_weight)

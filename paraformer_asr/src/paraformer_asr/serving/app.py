@@ -41,7 +41,7 @@ from pydantic import BaseModel
 from paraformer_asr import __version__
 from paraformer_asr.data.audio import open_audio, read_frames, to_mono
 from paraformer_asr.errors import CheckpointError, DataError
-from paraformer_asr.inference import LoadedModel, features_from_waveform
+from paraformer_asr.inference import LoadedModel, features_from_waveform, model_device
 from paraformer_asr.serving.batcher import BatcherClosed, GreedyTranscriber, MicroBatcher
 from paraformer_asr.serving.long_lane import LaneFull, LongFormLane
 from paraformer_asr.serving.settings import ServeSettings
@@ -88,10 +88,12 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
     if loaded_model.cfg.data.kind != "manifest":
         raise CheckpointError(f"{loaded_model.path} was trained on '{loaded_model.cfg.data.kind}' features, not "
                               f"audio; the service needs a checkpoint trained with data.kind: manifest")
-    device = next(loaded_model.model.parameters()).device
-    batcher = MicroBatcher(GreedyTranscriber(loaded_model, device), settings.max_batch_size, settings.max_wait_ms)
+    device = model_device(loaded_model.model)
+    search = settings.decoding.search_arguments(loaded_model)  # method, beam_size, lm, lm_weight
+    batcher = MicroBatcher(GreedyTranscriber(loaded_model, device, search), settings.max_batch_size,
+                           settings.max_wait_ms)
     lane = LongFormLane(loaded_model, device, settings.long_form, batcher, settings.long_yield_ms,
-                        settings.max_long_recordings)
+                        settings.max_long_recordings, search=search)
     started = time.monotonic()
 
     @asynccontextmanager

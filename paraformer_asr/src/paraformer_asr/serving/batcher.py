@@ -51,10 +51,11 @@ class Recognition:
 
 class GreedyTranscriber:
     """B utterances (features [T_i, F], duration in seconds) -> B Recognition, through one padded batch and one
-    batched greedy decode (with token times when the model gives them)."""
+    batched decode (greedy unless ``search`` says otherwise; with token times when the model gives them)."""
 
-    def __init__(self, loaded: LoadedModel, device: torch.device):
+    def __init__(self, loaded: LoadedModel, device: torch.device, search: dict | None = None):
         self.loaded = loaded
+        self.search = search or {"method": "greedy"}  # DecodingOptions.search_arguments: method, beam_size, lm...
         self.device = device
         self.collate = Collator(loaded.tokenizer.pad_id)
         self.clock = frame_clock(loaded.cfg) if loaded.model.gives_timestamps else None
@@ -64,7 +65,7 @@ class GreedyTranscriber:
         items = [{"id": str(index), "features": feats, "tokens": no_tokens, "text": "", "duration_s": duration_s}
                  for index, (feats, duration_s) in enumerate(utterances)]  # feats [T_i, F]
         batch = self.collate(items)  # features [B, T_max, F], feat_mask [B, T_max]
-        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, "greedy", clock=self.clock)
+        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, **self.search, clock=self.clock)
         tokenizer = self.loaded.tokenizer
         return [Recognition(tokenizer.decode(t.hyp_tokens), self._words(t)) for t in transcripts]
 

@@ -13,7 +13,7 @@ lane's torch operations run on the calling thread's own intra-op threads: with `
 use 2N threads together; N = 1 leaves one core to each on two cores.
 
 Contract:
-    LongFormLane(loaded, device, options, batcher, yield_ms=200.0, max_queued=4, niceness=10)
+    LongFormLane(loaded, device, options, batcher, yield_ms=200.0, max_queued=4, niceness=10, search=None)
         start(); submit(source, name) -> Future of a Recognition (text, words); close(timeout_s=30.0); stats()
 """
 
@@ -54,12 +54,13 @@ _STOP = object()
 
 class LongFormLane:
     def __init__(self, loaded: LoadedModel, device: torch.device, options: LongFormOptions, batcher: MicroBatcher,
-                 yield_ms: float = 200.0, max_queued: int = 4, niceness: int = 10):
+                 yield_ms: float = 200.0, max_queued: int = 4, niceness: int = 10, search: dict | None = None):
         if yield_ms < 0 or max_queued < 1:
             raise ValueError(f"need yield_ms >= 0 and max_queued >= 1, got {yield_ms}, {max_queued}")
         self.loaded = loaded
         self.device = device
         self.options = options
+        self.search = search or {}  # DecodingOptions.search_arguments (greedy when empty)
         self.batcher = batcher
         self.yield_s = yield_ms / 1000.0
         self.max_queued = max_queued
@@ -132,7 +133,7 @@ class LongFormLane:
                 return
             try:
                 result = transcribe_long(self.loaded, job.source, self.device, self.options, name=job.name,
-                                         pause=self._yield_to_short_requests)
+                                         pause=self._yield_to_short_requests, **self.search)
             except (BatcherClosed, DataError) as exc:  # shutting down, or samples found unreadable: the client's 400
                 job.future.set_exception(exc)
                 return

@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from paraformer_asr.decode.longform import LongFormOptions
+from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.errors import ConfigError
 
 MIB = 1024 * 1024
@@ -20,7 +21,8 @@ class ServeSettings:
     max_wait_ms: longest time the batcher waits for more requests once one is queued (0 = never wait).
     long_form: how recordings longer than its ``chunk_seconds`` are cut and decoded (their own lane).
     long_yield_ms: longest wait of the long-recording lane for idle short requests, per window batch.
-    max_long_recordings: long recordings queued or being decoded at once; more are refused with 503."""
+    max_long_recordings: long recordings queued or being decoded at once; more are refused with 503.
+    decoding: how every request is decoded (decode/options.py; greedy by default)."""
 
     max_upload_bytes: int = 128 * MIB
     max_audio_seconds: float = 3600.0
@@ -29,6 +31,7 @@ class ServeSettings:
     long_form: LongFormOptions = field(default_factory=LongFormOptions)
     long_yield_ms: float = 200.0
     max_long_recordings: int = 4
+    decoding: DecodingOptions = field(default_factory=DecodingOptions)
 
     def __post_init__(self) -> None:
         _require_int(self.max_upload_bytes, "max_upload_bytes", minimum=1)
@@ -39,6 +42,8 @@ class ServeSettings:
         _require_number(self.long_yield_ms, "long_yield_ms", positive=False)
         if not isinstance(self.long_form, LongFormOptions):
             raise ConfigError(f"serve setting 'long_form' must be LongFormOptions, got {self.long_form!r}")
+        if not isinstance(self.decoding, DecodingOptions):
+            raise ConfigError(f"serve setting 'decoding' must be DecodingOptions, got {self.decoding!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

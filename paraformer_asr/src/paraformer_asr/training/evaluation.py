@@ -8,10 +8,10 @@ from torch.utils.data import DataLoader
 
 from paraformer_asr.data.audio import audio_info, segment_frames
 from paraformer_asr.data.manifest import ManifestEntry, read_manifest
-from paraformer_asr.data.setup import check_vocabulary, training_transcripts
+from paraformer_asr.data.setup import check_vocabulary
 from paraformer_asr.data.tokenizer import Tokenizer
-from paraformer_asr.decode.lm_fusion import build_char_lm
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
+from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.search import Transcript, transcribe_batches
 from paraformer_asr.decode.timestamps import FrameClock, frame_clock, word_times
 from paraformer_asr.errors import ConfigError
@@ -97,15 +97,14 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
 
 
 def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, manifest: str | None,
-                        options: LongFormOptions, decode: str = "greedy", beam_size: int = 4, lm_order: int = 0,
-                        lm_weight: float = 0.0, batch_size: int = 64, long_form: bool = False,
-                        progress=None) -> tuple[dict, list[dict]]:
+                        options: LongFormOptions, decoding: DecodingOptions = DecodingOptions(),
+                        batch_size: int = 64, long_form: bool = False, progress=None) -> tuple[dict, list[dict]]:
     """What scripts/eval.py reports: the scores of ``loaded`` on its ``split`` or on ``manifest``, and one
     prediction dict per utterance ({"id", "ref", "hyp"}, plus timed "words" for a Paraformer).
 
     A manifest with a recording longer than ``options.chunk_seconds`` (or ``long_form``) is decoded recording by
     recording, window by window (:func:`evaluate_long_form`, ``progress`` as there); otherwise in batches.
-    ``lm_order`` > 0 fuses a token n-gram LM estimated from the training transcripts (beam search)."""
+    ``decoding`` says how (decode/options.py: greedy or beam, with a token n-gram LM when ``lm_order`` > 0)."""
     manifest_path = evaluation_manifest(loaded, split, manifest)
     if long_form and manifest_path is None:
         raise ConfigError("--long-form needs a checkpoint trained on audio")
@@ -114,25 +113,24 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         entries = read_manifest(manifest_path, skip_bad_files=loaded.cfg.data.skip_bad_files)
         if not long_form and all(recording_seconds(e) <= options.chunk_seconds for e in entries):
             entries = None  # every recording fits in one window: the batched path
-    lm = build_char_lm(training_transcripts(loaded.cfg), loaded.tokenizer, lm_order) if lm_order > 0 else None
+    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight
     if entries is not None:
         check_vocabulary([e.text for e in entries], loaded.tokenizer, manifest_path)
-        scores, predictions = evaluate_long_form(loaded, entries, device, options, decode, beam_size, lm, lm_weight,
-                                                 progress=progress)
+        scores, predictions = evaluate_long_form(loaded, entries, device, options, **search, progress=progress)
         scores["long_form"] = True
     else:
         loader = evaluation_loader(loaded, split, manifest, batch_size)
         clock = frame_clock(loaded.cfg) if loaded.model.gives_timestamps else None
         with torch.no_grad():
-            scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, decode, beam_size,
-                                                 lm, lm_weight, clock)
+            scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, **search,
+                                                 clock=clock)
         predictions = []
         for transcript, hyp in zip(transcripts, hyps):
             line = {"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}
             if transcript.token_times is not None:
                 line["words"] = hypothesis_words(loaded.tokenizer, transcript)
             predictions.append(line)
-    result = {**scores, "decode": decode, "beam_size": beam_size if decode == "beam" else 1,
-              "lm_order": lm_order, "lm_weight": lm_weight if lm is not None else 0.0,
+    result = {**scores, "decode": decoding.method, "beam_size": decoding.effective_beam_size,
+              "lm_order": decoding.lm_order, "lm_weight": search["lm_weight"],
               "checkpoint": str(loaded.path), "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
     return result, predictions

@@ -1,0 +1,165 @@
+"""The modules that are exported as ONNX graphs: each wraps part of a trained model with plain tensor inputs and
+outputs (names and shapes in docs/tensor_contracts.md, "Exported graphs").
+
+Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``. The predictor is its own graph so that another token
+extractor is one more entry of :data:`PREDICTOR_GRAPHS` with the same inputs and outputs. AR baseline: ``encoder``,
+``cross_kv`` (the cross-attention keys/values, projected once per utterance) and ``decoder_step`` (one token with
+the self-attention key/value cache as inputs and outputs); the search loops stay in Python (decode/ar_search.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.models.ar_model import DecoderCache, TransformerAR
+from paraformer_asr.models.cif import CifPredictor, dense_cif_integrate, inference_token_count
+from paraformer_asr.models.paraformer import Paraformer
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """One exported graph: its file stem, module, example inputs (for tracing) and input/output names, with
+    the axes of each that are dynamic (axis -> name); ``quantize``: whether --quantize int8 quantizes it."""
+
+    name: str
+    module: nn.Module
+    example: tuple[torch.Tensor, ...]
+    inputs: dict[str, dict[int, str]]
+    outputs: dict[str, dict[int, str]]
+    quantize: bool = True
+
+
+class EncoderGraph(nn.Module):
+    """features [B, T, F] float, feat_mask [B, T] bool -> encoder_out [B, T', D], enc_mask [B, T'] bool."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model.encode(features, feat_mask)
+
+
+class CifPredictorGraph(nn.Module):
+    """The CIF at inference (models/cif.py): encoder_out [B, T', D], enc_mask [B, T'] bool -> alphas [B, T'] (raw),
+    integrated_alphas [B, T'] (x alpha_scale, threshold units), embeddings [B, S, D], num_tokens [B] long,
+    fire_frames [B, S] long; S = T' x ceil(alpha_scale / threshold) token slots, enough for any count (each
+    alpha < 1), so no shape depends on the data. The caller keeps the first max(num_tokens) slots."""
+
+    def __init__(self, predictor: CifPredictor):
+        super().__init__()
+        self.predictor = predictor
+        self.slots_per_frame = max(1, math.ceil(float(predictor.alpha_scale) / predictor.threshold))
+
+    def forward(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor):
+        alphas = self.predictor.predict_alphas(encoder_out, enc_mask)  # [B, T']
+        integrated = alphas / self.predictor.threshold * self.predictor.alpha_scale  # [B, T']
+        num_tokens = inference_token_count(integrated, self.predictor.tail_threshold / self.predictor.threshold)
+        slots = encoder_out.shape[1] * self.slots_per_frame
+        embeddings, _, fire_frames = dense_cif_integrate(encoder_out, integrated, num_tokens, slots)
+        return alphas, integrated, embeddings, num_tokens, fire_frames
+
+
+# model.predictor (the token extractor) -> its graph module; every one takes (encoder_out, enc_mask) and returns
+# (alphas, integrated_alphas, embeddings, num_tokens, fire_frames) as CifPredictorGraph does.
+PREDICTOR_GRAPHS = {"cif": lambda model: CifPredictorGraph(model.predictor)}
+
+
+class NarDecoderGraph(nn.Module):
+    """embeddings [B, N, D], token_mask [B, N] bool, encoder_out [B, T', D], enc_mask [B, T'] -> logits [B, N, V]."""
+
+    def __init__(self, model: Paraformer):
+        super().__init__()
+        self.decoder = model.decoder
+
+    def forward(self, embeddings, token_mask, encoder_out, enc_mask) -> torch.Tensor:
+        return self.decoder(embeddings, token_mask, encoder_out, enc_mask)
+
+
+class CrossKeyValueGraph(nn.Module):
+    """encoder_out [B, T', D] -> cross_k, cross_v [layers, B, H, T', Dh] (every decoder layer's cross-attention)."""
+
+    def __init__(self, model: TransformerAR):
+        super().__init__()
+        self.decoder = model.decoder
+
+    def forward(self, encoder_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mask = torch.ones(encoder_out.shape[:2], dtype=torch.bool, device=encoder_out.device)  # [B, T']
+        cache = self.decoder.start_cache(encoder_out, mask)
+        return torch.stack([k for k, _ in cache.cross_kv]), torch.stack([v for _, v in cache.cross_kv])
+
+
+class DecoderStepGraph(nn.Module):
+    """One cached decoding step (TransformerAR.decode_step): token [B, 1] long at position L, self_k / self_v
+    [layers, B, H, L, Dh], cross_k / cross_v [layers, B, H, T', Dh], enc_mask [B, T'] bool -> log_probs [B, V]
+    float32, new_self_k / new_self_v [layers, B, H, L + 1, Dh]."""
+
+    def __init__(self, model: TransformerAR):
+        super().__init__()
+        self.decoder = model.decoder
+
+    def forward(self, token, self_k, self_v, cross_k, cross_v, enc_mask):
+        cache = DecoderCache(enc_mask, list(zip(cross_k.unbind(0), cross_v.unbind(0))),
+                             list(zip(self_k.unbind(0), self_v.unbind(0))))
+        logits, cache = self.decoder.step(token, cache)  # [B, V]
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        return (log_probs, torch.stack([k for k, _ in cache.self_kv]), torch.stack([v for _, v in cache.self_kv]))
+
+
+BATCH, FRAMES, ENC_FRAMES, TOKENS, CACHE = "batch", "frames", "encoder_frames", "tokens", "cached_tokens"
+
+
+def _encoder_spec(model: nn.Module, input_dim: int) -> tuple[GraphSpec, torch.Tensor, torch.Tensor]:
+    """The encoder graph and example encoder outputs for tracing the graphs after it."""
+    features = torch.randn(2, 64, input_dim)  # [B, T, F]
+    feat_mask = torch.ones(2, 64, dtype=torch.bool)
+    feat_mask[1, 48:] = False
+    with torch.no_grad():
+        encoder_out, enc_mask = model.encode(features, feat_mask)
+    spec = GraphSpec("encoder", EncoderGraph(model), (features, feat_mask),
+                     {"features": {0: BATCH, 1: FRAMES}, "feat_mask": {0: BATCH, 1: FRAMES}},
+                     {"encoder_out": {0: BATCH, 1: ENC_FRAMES}, "enc_mask": {0: BATCH, 1: ENC_FRAMES}})
+    return spec, encoder_out, enc_mask
+
+
+def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif") -> list[GraphSpec]:
+    """encoder, predictor_<predictor> (:data:`PREDICTOR_GRAPHS`) and decoder."""
+    encoder, encoder_out, enc_mask = _encoder_spec(model, input_dim)
+    enc_axes = {"encoder_out": {0: BATCH, 1: ENC_FRAMES}, "enc_mask": {0: BATCH, 1: ENC_FRAMES}}
+    slots = {0: BATCH, 1: "token_slots"}
+    predictor_spec = GraphSpec(f"predictor_{predictor}", PREDICTOR_GRAPHS[predictor](model), (encoder_out, enc_mask),
+                               enc_axes, {"alphas": {0: BATCH, 1: ENC_FRAMES},
+                                          "integrated_alphas": {0: BATCH, 1: ENC_FRAMES}, "embeddings": slots,
+                                          "num_tokens": {0: BATCH}, "fire_frames": slots}, quantize=False)
+    tokens = 5
+    embeddings = torch.randn(2, tokens, encoder_out.shape[2])  # [B, N, D]
+    token_mask = torch.ones(2, tokens, dtype=torch.bool)
+    token_mask[1, 3:] = False
+    decoder = GraphSpec("decoder", NarDecoderGraph(model), (embeddings, token_mask, encoder_out, enc_mask),
+                        {"embeddings": {0: BATCH, 1: TOKENS}, "token_mask": {0: BATCH, 1: TOKENS}, **enc_axes},
+                        {"logits": {0: BATCH, 1: TOKENS}})
+    return [encoder, predictor_spec, decoder]
+
+
+def ar_graphs(model: TransformerAR, input_dim: int) -> list[GraphSpec]:
+    encoder, encoder_out, enc_mask = _encoder_spec(model, input_dim)
+    cross = CrossKeyValueGraph(model)
+    with torch.no_grad():
+        cross_k, cross_v = cross(encoder_out)  # [layers, B, H, T', Dh]
+    layers, batch, heads, _, head_dim = cross_k.shape
+    self_k = torch.randn(layers, batch, heads, 3, head_dim)  # [layers, B, H, L, Dh]
+    kv = {1: BATCH, 3: ENC_FRAMES}
+    cache = {1: BATCH, 3: CACHE}
+    step = GraphSpec("decoder_step", DecoderStepGraph(model),
+                     (torch.full((batch, 1), model.bos_id), self_k, self_k.clone(), cross_k, cross_v, enc_mask),
+                     {"token": {0: BATCH}, "self_k": cache, "self_v": cache, "cross_k": kv, "cross_v": kv,
+                      "enc_mask": {0: BATCH, 1: ENC_FRAMES}},
+                     {"log_probs": {0: BATCH}, "new_self_k": {1: BATCH, 3: "grown_tokens"},
+                      "new_self_v": {1: BATCH, 3: "grown_tokens"}})
+    cross_spec = GraphSpec("cross_kv", cross, (encoder_out,), {"encoder_out": {0: BATCH, 1: ENC_FRAMES}},
+                           {"cross_k": kv, "cross_v": kv})
+    return [encoder, cross_spec, step]
