@@ -72,8 +72,10 @@ def join_utterances(entries: list[ManifestEntry], wav_path: str | Path, sample_r
     texts, words, placed = [], [], []
     written = 0  # samples in the recording so far
     count = 0
-    def pause(rng: np.random.Generator, floor: float) -> np.ndarray:
-        """The samples of one pause [P]: its length is drawn for every gap kind, so the draws do not depend on it."""
+
+    def pause(floor: float) -> np.ndarray:
+        """The samples of one pause [P]. Its length and noise are drawn for every gap kind, so the pauses of
+        'noise' and 'silence' recordings of the same seed are equally long."""
         length = round(rng.uniform(low, high) * sample_rate)
         noise = rng.standard_normal(length)
         return noise * floor if gap == "noise" else np.zeros(0 if gap == "none" else length)
@@ -90,7 +92,7 @@ def join_utterances(entries: list[ManifestEntry], wav_path: str | Path, sample_r
             samples = load_audio(entry.audio_path, sample_rate, entry.start_s, entry.end_s,
                                  name=str(entry.audio_path)).numpy().astype(np.float64)  # [N]
             floor = noise_floor(samples, sample_rate)
-            write(pause(rng, floor))
+            write(pause(floor))
             offset_ms = written * 1000.0 / sample_rate
             write(samples)
             texts.append(entry.text)
@@ -100,7 +102,7 @@ def join_utterances(entries: list[ManifestEntry], wav_path: str | Path, sample_r
                 words += [{"word": w["word"], "start_ms": round(offset_ms + w["start_ms"], 1),
                            "end_ms": round(offset_ms + w["end_ms"], 1)} for w in entry.words]
             count += 1
-        write(pause(rng, floor))
+        write(pause(floor))
     line = {"audio": wav_path.name, "text": " ".join(texts), "id": wav_path.stem}
     if timed:
         line["words"] = words

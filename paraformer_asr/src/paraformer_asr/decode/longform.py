@@ -40,9 +40,9 @@ than chunk_seconds.
 sets the noise floor. Its log-mel features (the front end's floor, far below any recorded silence) are unlike
 anything in training: a segment of a test utterance with 100-150 ms of them around it was read with one more
 letter at a word start ('staopb' for 'stop') and 0.6 more CIF weight than the same utterance alone, and a floor
-taken from zeros made every noisy pause count as speech (docs/results.md, "Long recordings: gaps of digital
-silence"). A segment's window therefore shrinks to its frames above DIGITAL_SILENCE_DB, and the floor of a stretch
-is taken over those frames only.
+taken from zeros made every noisy pause count as speech (docs/results.md, "Gaps of digital silence, of noise,
+and none"). A segment's window therefore shrinks to its frames above DIGITAL_SILENCE_DB, and the floor of a
+stretch is taken over those frames only.
 
 **The stitching rule** (overlapping windows). Each cut lies in the middle half of its overlap, so at least a quarter
 of the overlap separates it from either window's edge. A unit cut by window i's end edge has its centre within half a
@@ -135,7 +135,7 @@ class LongFormOptions:
     min_pause_ms: shorter pauses do not end a speech segment;
     margin_ms: (before, after) silence kept around each speech segment (never past the middle of a pause; within
     the 10-90 % range of the training utterances' own edges on the synthetic commands corpus, 30-180 ms before
-    and 270-520 ms after the speech; docs/results.md, "Long recordings: gaps of digital silence")."""
+    and 270-520 ms after the speech; docs/results.md, "Gaps of digital silence, of noise, and none")."""
 
     segment: str = "pauses"
     chunk_seconds: float = 20.0
