@@ -4,10 +4,13 @@
    times, speed-up, largest difference.
 2. With --checkpoints: decoding of one or more trained models (e.g. a Paraformer and the
    autoregressive baseline) on the same evaluation set, in one run: CER, RTF and latency per
-   utterance for greedy and beam decoding at each batch size (default 1 and 16), and the greedy
-   speed-up of every model over the slowest one at batch 1. Each measurement is repeated --rounds
-   times, the models taking turns, and the median round is reported. --exports adds export folders
-   (scripts/export.py, fp32 or int8) decoded in onnxruntime: PyTorch against onnxruntime in the same run.
+   utterance and throughput (utterances a second) for greedy and beam decoding at each batch size
+   (default 1 and 16), each row labelled with the model's output units; the greedy speed-up of every
+   model over the slowest one at batch 1, and of every Paraformer over every autoregressive model on the
+   same backend (marked when both decode the same units: compare architectures at the same units). Each
+   measurement is repeated --rounds times, the models taking turns, and the median round is reported.
+   --exports adds export folders (scripts/export.py, fp32 or int8) decoded in onnxruntime: PyTorch against
+   onnxruntime in the same run.
 
     python scripts/benchmark.py [--batch 16 --frames 500 --dim 256]
     python scripts/benchmark.py --skip-cif --checkpoints RUN_A RUN_B [--exports EXPORT_DIR ...]
@@ -25,7 +28,8 @@ from pathlib import Path
 
 import torch
 
-from paraformer_asr.benchmark import benchmark_cif, benchmark_models, device_name, greedy_speedups, markdown_table
+from paraformer_asr.benchmark import (benchmark_cif, benchmark_models, device_name, greedy_speedups, markdown_table,
+                                      paraformer_speedups)
 from paraformer_asr.cli import run_main
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.runtime import apply_num_threads
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.beam_size, args.device, args.rounds, args.exports, args.threads)
         results["decoding"] = rows
         results["greedy_speedup_batch1_vs_slowest"] = greedy_speedups(rows)
+        results["greedy_speedup_batch1_paraformer_vs_ar"] = paraformer_speedups(rows)
         table = markdown_table(rows)
         if args.table:
             Path(args.table).write_text(table, encoding="utf-8")

@@ -6,7 +6,8 @@ times (the ground truth of long-form decoding; logic in data/long_recording.py).
 
 Every utterance once (default), or with --minutes M the utterances in order, from the first again when they run
 out, until the recording lasts at least M minutes. Pauses of --pause-min .. --pause-max seconds (uniform, drawn from
---seed) come before every utterance and after the last. Writes OUT (16-bit PCM WAV at --sample-rate) and OUT with
+--seed) come before every utterance and after the last; --gap says what fills them: white noise at the utterance's
+noise floor ('noise', the default), digital silence ('silence'), or nothing ('none': utterances back to back). Writes OUT (16-bit PCM WAV at --sample-rate) and OUT with
 suffix .jsonl: one manifest line {"audio", "text", "id", "words" (when every source line has word times, shifted
 to the recording's clock), "utterances": [{"id", "start_ms", "end_ms"}]}, ready for eval.py --manifest. Prints a
 JSON summary (duration, utterances, passes through the manifest, words).
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       "utterance once)")
     parser.add_argument("--pause-min", type=float, default=0.2, help="shortest pause, seconds")
     parser.add_argument("--pause-max", type=float, default=1.0, help="longest pause, seconds")
+    parser.add_argument("--gap", choices=("noise", "silence", "none"), default="noise",
+                        help="what fills a pause: noise at the utterance's floor, digital silence, or none (no pause)")
     parser.add_argument("--sample-rate", type=int, default=16000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = join_utterances(read_manifest(args.manifest), args.out, args.sample_rate,
                               (args.pause_min, args.pause_max), args.seed,
-                              None if args.minutes is None else args.minutes * 60.0)
+                              None if args.minutes is None else args.minutes * 60.0, args.gap)
     print(json.dumps(summary))
     return 0
 

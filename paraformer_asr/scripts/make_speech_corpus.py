@@ -16,6 +16,11 @@ only in their split, never in training. Per utterance, an accent, a rate (-s), a
 a gain, leading silence and white noise (SNR 20-35 dB) are drawn from a generator seeded by (seed, split, index), so
 the corpus is identical for a given seed whatever --jobs is.
 
+With --test-phrases K (and --phrases) the test split also holds out sentences: K distinct phrases, each made only of
+words the other phrases speak, are never spoken in training or validation, and the test split speaks only them; the
+script stops with an error if a word of them is missing from the drawn training utterances. corpus.json lists them
+("test_phrases"). Every manifest line carries its voice: "accent" and "speaker" (the variant), for grouped scores.
+
 With --word-times (and --transcript spoken) every word is synthesised on its own, trimmed to its audible part and
 joined to the next with a pause (data/word_timing.py); each manifest line then has
 "words": [{"word", "start_ms", "end_ms"}], the ground truth of eval.py's word_boundary_mae_ms.
@@ -23,7 +28,7 @@ joined to the next with a pause (data/word_timing.py); each manifest line then h
 Usage (from paraformer_asr/):
     python scripts/make_speech_corpus.py --out /path/to/speech --num-train 3000 --num-val 300 --num-test 300
     python scripts/make_speech_corpus.py --out /path/to/commands --num-train 1600 --num-val 200 --num-test 300 \
-        --phrases commands --val-accents en-gb-x-gbcwmd --test-accents en-gb-scotland,en-029
+        --phrases commands --val-accents en-gb-x-gbcwmd --test-accents en-gb-scotland,en-029 [--test-phrases 40]
 Writes OUT/wavs/<split>/<split>_NNNNNN.wav, OUT/train.jsonl, OUT/val.jsonl, OUT/test.jsonl, OUT/corpus.json.
 """
 
@@ -62,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--test-accents", default=None,
                         help="comma-separated accents spoken only in test, never in training "
                              "(e.g. en-gb-scotland,en-029)")
+    parser.add_argument("--test-phrases", type=int, default=None, metavar="K",
+                        help="with --phrases: hold K phrases out of training and validation; the test split speaks "
+                             "only them (unheard sentences of known words)")
     parser.add_argument("--word-times", action="store_true",
                         help="synthesise word by word, joined with pauses, and write each word's times into the "
                              "manifest (needs --transcript spoken)")

@@ -76,14 +76,19 @@ def loop_matched_pairs(reference, hypothesis) -> list[tuple[int, int]]:
     return pairs[::-1]
 
 
-def loop_speech_runs(profile_db, threshold_db, floor_frames, min_pause_frames, min_speech_frames, quantile=0.1):
-    """Speech runs of a dB profile, frame by frame: the floor of each stretch of ``floor_frames`` is its
-    ``quantile`` (linear interpolation), a frame is speech above floor + threshold, runs closer than
-    ``min_pause_frames`` are joined, shorter joined runs dropped. -> [(first, end)]."""
+def loop_speech_runs(profile_db, threshold_db, floor_frames, min_pause_frames, min_speech_frames, quantile=0.1,
+                     digital_silence_db=-80.0):
+    """Speech runs of a dB profile, frame by frame: the floor of each stretch of ``floor_frames`` is the
+    ``quantile`` (linear interpolation) of its frames above ``digital_silence_db`` (a stretch without any has no
+    speech), a frame is speech above floor + threshold, runs closer than ``min_pause_frames`` are joined, shorter
+    joined runs dropped. -> [(first, end)]."""
     values = [float(v) for v in profile_db]
     speech = []
     for start in range(0, len(values), floor_frames):
-        stretch = sorted(values[start:start + floor_frames])
+        stretch = sorted(v for v in values[start:start + floor_frames] if v > digital_silence_db)
+        if not stretch:
+            speech += [False] * len(values[start:start + floor_frames])
+            continue
         position = (len(stretch) - 1) * quantile
         low = int(position)
         high = min(low + 1, len(stretch) - 1)

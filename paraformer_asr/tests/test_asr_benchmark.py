@@ -1,6 +1,7 @@
 """scripts/benchmark.py: the CIF comparison and the side-by-side decoding benchmark of two models."""
 
 import json
+import re
 
 import pytest
 
@@ -40,12 +41,39 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
     for r in rows:  # the reported round is the median of the three
         assert r["rounds"] == 3 and sorted(r["round_latencies_ms"])[1] == r["latency_ms_per_utterance"]
     assert all(r["reference_tokens_per_utterance"] == rows[0]["reference_tokens_per_utterance"] > 0 for r in rows)
+    runs_by_type = {r["model_type"]: r["checkpoint"] for r in rows}
     greedy = {r["checkpoint"]: r["latency_ms_per_utterance"] for r in rows
               if r["method"] == "greedy" and r["batch_size"] == 1}
     assert len(greedy) == 2  # each model's speed-up: the slowest batch-1 greedy latency over its own
     assert result["greedy_speedup_batch1_vs_slowest"] == {c: max(greedy.values()) / ms for c, ms in greedy.items()}
     assert result["device"] == "cpu" and result["device_name"] and all(r["device"] == "cpu" for r in rows)
-    assert len(table.read_text().splitlines()) == 2 + len(rows)
+    assert all(r["units"] == "characters" for r in rows)
+    pairs = result["greedy_speedup_batch1_paraformer_vs_ar"]
+    assert [(p["paraformer"], p["ar"], p["same_units"]) for p in pairs] == [(runs_by_type["paraformer"],
+                                                                            runs_by_type["transformer_ar"], True)]
+    assert pairs[0]["speedup"] == pytest.approx(greedy[pairs[0]["ar"]] / greedy[pairs[0]["paraformer"]])
+    lines = table.read_text().splitlines()
+    assert len(lines) == 2 + len(rows) + 1 + 2 + len(pairs)
+    assert re.fullmatch(r"\| \w+_paraformer \(characters\) \| \w+_transformer_ar \(characters\) \| PyTorch \| yes \| [\d.]+x \|",
+                        lines[-1])
+
+
+def test_rows_are_labelled_with_their_units_and_pairs_compare_paraformers_with_ar_models():
+    from paraformer_asr.benchmark import paraformer_speedups, units_name
+    from paraformer_asr.data.tokenizer import CharTokenizer
+
+    assert units_name(CharTokenizer.build(["ab c"])) == "characters"
+
+    def row(model_type, units, ms, method="greedy", batch=1, backend="torch"):
+        return {"model_type": model_type, "checkpoint": f"{model_type}-{units}", "name": units, "units": units, "method": method,
+                "batch_size": batch, "latency_ms_per_utterance": ms, "backend": backend, "precision": "fp32"}
+
+    rows = [row("paraformer", "BPE 64", 10.0), row("paraformer", "BPE 64", 5.0, batch=16),
+            row("transformer_ar", "characters", 300.0), row("transformer_ar", "BPE 64", 120.0),
+            row("transformer_ar", "BPE 64", 200.0, method="beam"), row("transformer_ar", "BPE 64", 50.0, backend="onnx")]
+    assert [(p["ar_units"], p["same_units"], p["speedup"]) for p in paraformer_speedups(rows)] == [
+        ("characters", False, 30.0), ("BPE 64", True, 12.0)]  # the onnxruntime AR pairs with no PyTorch Paraformer
+    assert paraformer_speedups(rows[2:]) == []  # no Paraformer, no pair
 
 
 def test_bad_benchmark_arguments_exit_2_with_a_message(capsys):

@@ -88,6 +88,8 @@ def test_speech_runs_equal_the_frame_by_frame_reference(seed, min_pause, min_spe
     profile = -60 + 5 * torch.randn(700, generator=generator)
     loud = torch.rand(700, generator=generator) < 0.3
     profile = torch.where(loud, profile + 40, profile)
+    profile[100:180] = -120.0  # digital silence: not part of the floor
+    profile[300:600] = -120.0  # a whole floor stretch of it but one frame
     expected = loop_speech_runs(profile.tolist(), 15.0, 300, min_pause, min_speech)
     assert speech_runs(profile, 15.0, 300, min_pause, min_speech) == expected
 
@@ -117,6 +119,19 @@ def test_pause_plan_gives_each_speech_segment_its_margins_without_overlap():
     for window, following in zip(long_run, long_run[1:]):
         assert window.end > following.start and window.keep_end_ms == following.keep_start_ms
     assert all(w.end - w.start <= 2 * RATE for w in windows)
+
+
+def test_digital_silence_neither_sets_the_floor_nor_enters_a_window():
+    profile = torch.full((600,), -120.0)  # digital silence between two utterances with a noise floor of -50 dB
+    profile[100:250] = -50.0
+    profile[120:200] = -10.0
+    profile[350:500] = -50.0
+    profile[370:470] = -10.0
+    assert speech_runs(profile, 15.0, 3000, 30, 5) == [(120, 200), (370, 470)]  # the noisy edges are not speech
+    options = LongFormOptions(margin_ms=(300, 300))  # margins reaching past each utterance into the zeros
+    windows = plan_recording(600 * HOP, options, HOP, HOP, RATE, profile)
+    assert [(w.start // HOP, w.end // HOP) for w in windows] == [(100, 230), (350, 500)]
+    assert windows[0].keep_end_ms == windows[1].keep_start_ms == 2850.0  # keep ranges still meet mid-pause
 
 
 def test_a_recording_without_speech_gets_no_window():
@@ -346,6 +361,70 @@ def test_joined_recording_has_the_offsets_words_and_noise_filled_pauses(tmp_path
     pause = audio[:RATE // 2].numpy().astype(np.float64)
     floor = noise_floor(load_audio(tmp_path / "u0.wav", RATE).numpy().astype(np.float64), RATE)
     assert 0.5 * floor < float(np.sqrt(np.mean(pause ** 2))) < 2.0 * floor  # noise at the floor, not silence
+
+
+def _utterance(index: int, edge_s: float = 0.15) -> torch.Tensor:
+    """A tiny test utterance [N]: a noise floor (RMS 0.003) with ``edge_s`` of it on either side of a 0.3-0.5 s
+    gliding tone, every part a whole number of 10 ms frames."""
+    generator = torch.Generator().manual_seed(100 + index)
+    edge = round(edge_s * RATE)
+    t = torch.arange((3 + index) * RATE // 10) / RATE
+    speech = 0.3 * torch.sin(2 * math.pi * (300 + 100 * index + 400 * t) * t)
+    samples = torch.cat([torch.zeros(edge), speech, torch.zeros(edge)])
+    return samples + 0.003 * torch.randn(samples.numel(), generator=generator)
+
+
+@pytest.mark.parametrize("gap", ["silence", "noise", "none"])
+def test_joined_recording_pauses_of_each_gap_kind(tmp_path, gap):
+    lines = []
+    for index in range(3):
+        write_audio(tmp_path / f"u{index}.wav", _utterance(index), RATE)
+        lines.append(json.dumps({"audio": f"u{index}.wav", "text": str(index)}))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    summary = join_utterances(read_manifest(tmp_path / "m.jsonl"), tmp_path / "long.wav", RATE, (0.3, 0.8), 1,
+                              gap=gap)
+    placed = json.loads(open(summary["manifest"]).read())["utterances"]
+    audio = load_audio(tmp_path / "long.wav", RATE).numpy()
+    noise = json.loads(open(join_utterances(read_manifest(tmp_path / "m.jsonl"), tmp_path / "n.wav", RATE,
+                                            (0.3, 0.8), 1)["manifest"]).read())["utterances"]
+    lengths = [round((u["end_ms"] - u["start_ms"]) * RATE / 1000) for u in placed]
+    pauses = np.diff([0] + [x for u in placed for x in (u["start_ms"], u["end_ms"])] + [len(audio) / RATE * 1000])
+    if gap == "none":
+        assert len(audio) == sum(lengths) and not pauses[::2].any()
+    else:
+        assert placed == noise  # the same pause lengths whatever fills them
+        assert (0.3 * 1000 <= pauses[::2]).all() and (pauses[::2] <= 0.8 * 1000 + 1).all()
+        first_pause = audio[:round(placed[0]["start_ms"] * RATE / 1000)]
+        assert (not first_pause.any()) if gap == "silence" else first_pause.std() > 0.001
+
+
+@pytest.mark.parametrize("gap", ["silence", "noise", "none"])
+def test_joined_utterances_decode_as_one_by_one_whatever_the_gap(tmp_path, gap):
+    """Each utterance (a noise floor, 150 ms of it either side of its bursts) becomes exactly one window, its own
+    samples: no digital silence at its edges, nothing cut off; so the long-form transcript is the utterances'
+    transcripts, decoded one by one, in order (a random model reads anything, which makes the check exact)."""
+    from paraformer_asr.inference import features_from_file
+    from paraformer_asr.serving.batcher import GreedyTranscriber
+
+    lines = []
+    for index in range(3):
+        write_audio(tmp_path / f"u{index}.wav", _utterance(index), RATE)
+        lines.append(json.dumps({"audio": f"u{index}.wav", "text": str(index)}))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
+    summary = join_utterances(read_manifest(tmp_path / "m.jsonl"), tmp_path / "long.wav", RATE, (0.5, 0.5), 0,
+                              gap=gap)
+    placed = json.loads(open(summary["manifest"]).read())["utterances"]
+    loaded = random_loaded_model()
+    options = LongFormOptions(margin_ms=(150.0, 150.0), min_pause_ms=200.0)
+    with open_audio(tmp_path / "long.wav", "long") as handle:
+        reader = WindowReader(handle, "long", RATE)
+        windows = plan_recording(reader.num_samples, options, HOP, HOP, RATE, energy_profile(reader, HOP, RATE))
+    assert [(w.start * 1000 / RATE, w.end * 1000 / RATE) for w in windows] == [
+        (u["start_ms"], u["end_ms"]) for u in placed]
+    alone = GreedyTranscriber(loaded, torch.device("cpu"))(
+        [features_from_file(tmp_path / f"u{index}.wav", loaded) for index in range(3)])
+    long = transcribe_long(loaded, tmp_path / "long.wav", torch.device("cpu"), options)
+    assert long.text.split() == " ".join(result.text for result in alone).split()
 
 
 # ---------------------------------------------------------------- with a model

@@ -3,8 +3,9 @@
 1. The vectorised CIF (models/cif.py) against :func:`loop_cif`, the plain one-frame-at-a-time
    integrate-and-fire it must equal (tests/test_asr_cif.py checks that): times, speed-up, largest difference.
 2. Decoding of one or more trained models on the same utterances (decode/speed.py per measurement):
-   rounds that interleave the models, the median round reported, and the batch-1 greedy speed-up
-   of every model over the slowest one.
+   rounds that interleave the models, the median round reported, each row labelled with the model's
+   output units (characters, BPE 64, ...); the batch-1 greedy speed-up of every model over the slowest
+   one, and of every Paraformer over every autoregressive model, marked when both decode the same units.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, m
         items = [dataset[i] for i in range(min(max_utterances, len(dataset)))]
         collate = Collator(loaded.tokenizer.pad_id)
         header = {"model_type": loaded.cfg.model.type, "checkpoint": str(loaded.path), "backend": backend,
-                  "name": loaded.path.name if backend == "onnx" else loaded.path.parent.parent.name,
-                  "precision": getattr(loaded.model, "precision", "fp32"), "device": str(device),
+                  "name": loaded.path.name if backend == "onnx" else run_name(str(loaded.path)),
+                  "precision": getattr(loaded.model, "precision", "fp32"), "units": units_name(loaded.tokenizer),
+                  "device": str(device),
                   "parameters": count_parameters(loaded.model) if backend == "torch" else None}
         for size in batch_sizes:
             batches = [collate(items[i:i + size]) for i in range(0, len(items), size)]
@@ -135,6 +137,25 @@ def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, m
     return rows
 
 
+def units_name(tokenizer) -> str:
+    """A tokenizer's output units as a row label: 'characters', or the subword kind and its vocabulary size
+    (specials included, as ``data.vocab_size`` counts them), e.g. 'BPE 64'."""
+    if tokenizer.kind == "char":
+        return "characters"
+    return f"{'BPE' if tokenizer.kind == 'bpe' else tokenizer.kind} {tokenizer.vocab_size}"
+
+
+def paraformer_speedups(rows: list[dict]) -> list[dict]:
+    """Batch-1 greedy latency of every autoregressive model divided by every Paraformer's on the same backend, one
+    entry per pair: ``paraformer``, ``ar`` (checkpoints), their ``*_name`` and ``*_units``, ``same_units``, ``backend`` and ``speedup``."""
+    greedy = [r for r in rows if r["method"] == "greedy" and r["batch_size"] == 1]
+    return [{"paraformer": p["checkpoint"], "paraformer_name": p["name"], "paraformer_units": p["units"],
+             "ar": a["checkpoint"], "ar_name": a["name"], "ar_units": a["units"], "same_units": p["units"] == a["units"], "backend": backend_name(p),
+             "speedup": a["latency_ms_per_utterance"] / p["latency_ms_per_utterance"]}
+            for p in greedy if p["model_type"] == "paraformer"
+            for a in greedy if a["model_type"] == "transformer_ar" and backend_name(a) == backend_name(p)]
+
+
 def greedy_speedups(rows: list[dict]) -> dict:
     """Batch-1 greedy latency of the slowest model divided by each model's."""
     greedy = {r["checkpoint"]: r["latency_ms_per_utterance"] for r in rows
@@ -145,14 +166,31 @@ def greedy_speedups(rows: list[dict]) -> dict:
     return {checkpoint: slowest / latency for checkpoint, latency in greedy.items()}
 
 
+def run_name(checkpoint: str) -> str:
+    """RUN/checkpoints/best.pt -> RUN's folder name."""
+    return Path(checkpoint).parent.parent.name
+
+
+def backend_name(row: dict) -> str:
+    """'PyTorch', or 'onnxruntime fp32' / 'onnxruntime int8'."""
+    return "PyTorch" if row["backend"] == "torch" else f"onnxruntime {row['precision']}"
+
+
 def markdown_table(rows: list[dict]) -> str:
-    lines = ["| model | checkpoint | backend | decode | batch | utterances | tokens / utt. | CER | RTF | "
-             "latency (ms / utt.) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """The rows, then (with both model types) the batch-1 greedy speed-up of each Paraformer over each AR model."""
+    lines = ["| model | units | checkpoint | backend | decode | batch | utterances | tokens / utt. | CER | RTF | "
+             "latency (ms / utt.) | throughput (utt. / s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decode = "greedy" if r["method"] == "greedy" else f"beam {r['beam_size']}"
-        backend = "PyTorch" if r["backend"] == "torch" else f"onnxruntime {r['precision']}"
-        lines.append(f"| {r['model_type']} | {r['name']} | {backend} | {decode} | "
+        lines.append(f"| {r['model_type']} | {r['units']} | {r['name']} | {backend_name(r)} | {decode} | "
                      f"{r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
                      f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
-                     f"{r['latency_ms_per_utterance']:.2f} |")
+                     f"{r['latency_ms_per_utterance']:.2f} | {1000.0 / r['latency_ms_per_utterance']:.1f} |")
+    pairs = paraformer_speedups(rows)
+    if pairs:
+        lines += ["", "| Paraformer (units) | AR (units) | backend | same units | greedy speed-up, batch 1 |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {p['paraformer_name']} ({p['paraformer_units']}) | {p['ar_name']} ({p['ar_units']}) | {p['backend']} | "
+                  f"{'yes' if p['same_units'] else 'no'} | {p['speedup']:.1f}x |" for p in pairs]
     return "\n".join(lines) + "\n"

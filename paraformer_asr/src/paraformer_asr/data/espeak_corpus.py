@@ -24,7 +24,8 @@ from tqdm import tqdm
 
 from paraformer_asr.data.audio import read_audio, write_audio
 from paraformer_asr.data.resample import resample
-from paraformer_asr.data.speech_corpus import load_phrases, parse_accent_list, phrase_vocabulary, split_accents
+from paraformer_asr.data.speech_corpus import (hold_out_phrases, load_phrases, parse_accent_list, phrase_vocabulary,
+                                               split_accents, unheard_words)
 from paraformer_asr.data.word_timing import draw_pauses, join_words
 from paraformer_asr.errors import DataError, UserError
 
@@ -64,6 +65,10 @@ class UtterancePlan:
     noise_seed: int
 
     @property
+    def accent(self) -> str:
+        return self.voice.split("+")[0]
+
+    @property
     def relative_path(self) -> str:
         return f"wavs/{self.split}/{self.split}_{self.index:06d}.wav"
 
@@ -80,6 +85,10 @@ def check_options(args) -> None:
         raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
     if args.phrases is not None and args.vocab is not None:
         raise UserError("--phrases and --vocab exclude each other: the phrases are what is spoken")
+    if args.test_phrases is not None and args.phrases is None:
+        raise UserError("--test-phrases holds phrases out, so it needs --phrases")
+    if args.test_phrases is not None and args.test_phrases < 1:
+        raise UserError(f"--test-phrases must be >= 1, got {args.test_phrases}")
     if args.word_times and args.transcript != "spoken" and args.phrases is None:
         raise UserError("--word-times times the spoken words, so the transcript must be them: add --transcript spoken")
     if args.jobs < 1:
@@ -141,11 +150,12 @@ def split_variants(
 
 
 def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[str]],
-                    accents: dict[str, list[str]] | None = None, phrases: list[str] | None = None):
+                    accents: dict[str, list[str]] | None = None, phrases: dict[str, list[str]] | None = None):
     """Every utterance's text and synthesis settings, a pure function of (seed, split, index).
 
-    accents: the accents each split draws from (default: all of ACCENTS everywhere); phrases: speak one of these
-    per utterance, transcribed as itself, instead of the vocabulary's tokens."""
+    accents: the accents each split draws from (default: all of ACCENTS everywhere); phrases: the phrases each split
+    draws from (:func:`phrases_per_split`); each utterance speaks one, transcribed as itself, instead of the
+    vocabulary's tokens."""
     tokens = sorted(vocabulary)
     accents = accents or {split: ACCENTS for split in SPLITS}
     plans = []
@@ -158,7 +168,7 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
                 spoken = " ".join(vocabulary[token] for token in chosen)
                 text = spoken if args.transcript == "spoken" else args.join.join(chosen)
             else:
-                spoken = text = phrases[int(rng.integers(0, len(phrases)))]
+                spoken = text = phrases[split][int(rng.integers(0, len(phrases[split])))]
             variant = variants[split][int(rng.integers(0, len(variants[split])))]
             accent = accents[split][int(rng.integers(0, len(accents[split])))]
             plans.append(UtterancePlan(
@@ -177,6 +187,28 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
                 noise_seed=int(rng.integers(0, 2**63 - 1)),
             ))
     return plans
+
+
+def phrases_per_split(phrases: list[str] | None, test_phrases: int | None,
+                      seed: int) -> tuple[dict[str, list[str]] | None, list[str]]:
+    """The phrases each split draws from and those held out for the test split (``--test-phrases``): without it
+    every split draws from all of them; with it the test split speaks only the held-out phrases
+    (:func:`~paraformer_asr.data.speech_corpus.hold_out_phrases`) and training and validation never do."""
+    if phrases is None:
+        return None, []
+    if test_phrases is None:
+        return {split: phrases for split in SPLITS}, []
+    kept, held_out = hold_out_phrases(phrases, test_phrases, seed)
+    return {"train": kept, "val": kept, "test": held_out}, held_out
+
+
+def check_test_words_heard(plans: list[UtterancePlan]) -> None:
+    """DataError when a test utterance speaks a word that no training utterance speaks."""
+    unheard = unheard_words([plan.text for plan in plans if plan.split == "train"],
+                            [plan.text for plan in plans if plan.split == "test"])
+    if unheard:
+        raise DataError(f"the held-out test phrases use words that no training utterance speaks: "
+                        f"{', '.join(unheard[:10])} (raise --num-train or lower --test-phrases)")
 
 
 def speak(plan: UtterancePlan, text: str, sample_rate: int, scratch: Path) -> torch.Tensor:
@@ -219,7 +251,8 @@ def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path,
 def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict] | None]) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for plan, timed in zip(plans, words):
-            record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}"}
+            record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}",
+                      "accent": plan.accent, "speaker": plan.variant}
             if timed is not None:
                 record["words"] = timed
             handle.write(json.dumps(record) + "\n")
@@ -235,7 +268,10 @@ def generate(args) -> dict:
     accents = split_accents(ACCENTS, parse_accent_list(args.val_accents, "--val-accents", ACCENTS),
                             parse_accent_list(args.test_accents, "--test-accents", ACCENTS))
     phrases = load_phrases(args.phrases) if args.phrases is not None else None
-    plans = plan_utterances(args, vocabulary, variants, accents, phrases)
+    per_split, held_out = phrases_per_split(phrases, args.test_phrases, args.seed)
+    plans = plan_utterances(args, vocabulary, variants, accents, per_split)
+    if held_out:
+        check_test_words_heard(plans)
     for split in SPLITS:
         (args.out / "wavs" / split).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # the parallelism is across utterances
@@ -249,7 +285,8 @@ def generate(args) -> dict:
     durations = [duration for duration, _ in results]
     elapsed = time.perf_counter() - started
     text_source = ({"phrases": args.phrases, "distinct_phrases": len(set(phrases)),
-                    "distinct_words": len(phrase_vocabulary(phrases))} if phrases is not None else
+                    "distinct_words": len(phrase_vocabulary(phrases)), "test_phrases": held_out}
+                   if phrases is not None else
                    {"vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
                     "min_tokens": args.min_digits, "max_tokens": args.max_digits})
     summary = {"seed": args.seed, "sample_rate": args.sample_rate, **text_source, "word_times": args.word_times,
@@ -268,7 +305,8 @@ def generate(args) -> dict:
             "variants": variants[split],
             "variants_used": sorted({plan.variant for plan in split_plans}),
             "accents": accents[split],
-            "accents_used": sorted({plan.voice.split("+")[0] for plan in split_plans}),
+            "accents_used": sorted({plan.accent for plan in split_plans}),
+            "distinct_phrases": len({plan.text for plan in split_plans}),
         }
     summary["total_hours"] = round(sum(s["hours"] for s in summary["splits"].values()), 4)
     summary["example"] = asdict(plans[0])

@@ -5,6 +5,10 @@ grammar (:func:`command_phrases`: rooms, devices, numbers, cities, people, actio
 punctuation); ``--phrases FILE`` reads one phrase per line (:func:`load_phrases`). Each utterance speaks one phrase
 drawn uniformly, and its transcript is the phrase.
 
+Held-out sentences: ``--test-phrases K`` (:func:`hold_out_phrases`) keeps K distinct phrases out of training and
+validation, each made only of words that the remaining phrases also speak; the test split speaks only those, so its
+sentences are unheard while every word of them is known (:func:`unheard_words` checks the drawn training utterances).
+
 Accents: an espeak-ng voice is an accent plus a speaker variant. Speaker variants are always split between train,
 val and test; accents are shared unless some are held out (:func:`split_accents`): an accent given for val or test
 is spoken only in that split, never in training, so a model is chosen and tested on accents it has not heard.
@@ -13,7 +17,10 @@ is spoken only in that split, never in training, so a model is chosen and tested
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from pathlib import Path
+
+import numpy as np
 
 from paraformer_asr.errors import DataError
 
@@ -118,6 +125,37 @@ def split_accents(accents: list[str], val_accents: list[str], test_accents: list
         "val": [name for name in accents if name in val_accents] if val_accents else train,
         "test": [name for name in accents if name in test_accents] if test_accents else train,
     }
+
+
+def hold_out_phrases(phrases: list[str], count: int, seed: int) -> tuple[list[str], list[str]]:
+    """``phrases`` -> (the phrases training and validation draw from, the ``count`` distinct phrases only the test
+    split speaks). Candidates are taken in an order drawn from ``seed``; one is held out when every word of it is
+    still spoken by a phrase left for training. DataError when fewer than ``count`` can be held out that way."""
+    distinct = sorted(set(phrases))
+    if not 1 <= count < len(distinct):
+        raise DataError(f"--test-phrases must be between 1 and {len(distinct) - 1} (the distinct phrases but one), "
+                        f"got {count}")
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 11]))
+    speakers = Counter(word for phrase in distinct for word in set(phrase.split()))  # word -> phrases speaking it
+    held_out = []
+    for index in rng.permutation(len(distinct)):
+        phrase = distinct[index]
+        words = set(phrase.split())
+        if all(speakers[word] > 1 for word in words):
+            held_out.append(phrase)
+            speakers.subtract(words)
+            if len(held_out) == count:
+                break
+    if len(held_out) < count:
+        raise DataError(f"--test-phrases {count}: only {len(held_out)} phrases can be held out with every word of "
+                        f"them still spoken in training")
+    unheard = set(held_out)
+    return [phrase for phrase in phrases if phrase not in unheard], sorted(held_out)
+
+
+def unheard_words(training_texts: list[str], test_texts: list[str]) -> list[str]:
+    """The words of ``test_texts`` that no text of ``training_texts`` speaks, sorted."""
+    return sorted(set(phrase_vocabulary(test_texts)) - set(phrase_vocabulary(training_texts)))
 
 
 def phrase_vocabulary(phrases: list[str]) -> list[str]:

@@ -6,9 +6,10 @@ Self-attention costs grow with the square of the input, so a recording of minute
       │  pass 1, energy_profile: read in 30 s windows, log energy of every 10 ms frame  -> profile [F] (1.4 MB/hour)
       ▼
     plan_recording (segment):
-      │  'pauses':  speech_runs = frames > local noise floor + speech_threshold_db, joined across pauses shorter
-      │             than min_pause_ms; each run + margin_ms of silence is one window (a run longer than
-      │             chunk_seconds is cut into overlapping windows as below)
+      │  'pauses':  speech_runs = frames > local noise floor + speech_threshold_db (the floor of the frames that
+      │             are not digital silence), joined across pauses shorter than min_pause_ms; each run +
+      │             margin_ms of silence, less any digital silence at its edges, is one window (a run longer
+      │             than chunk_seconds is cut into overlapping windows as below)
       │  'windows': plan_windows = windows of chunk_seconds overlapping by overlap_seconds, the last one ending
       │             at the recording's end
       │  window starts on a grid of whole front-end hops (and resampler periods); overlapping windows meet at a
@@ -35,6 +36,14 @@ trimmed to a short margin of silence look like training utterances; neighbouring
 what lies between the middles of the pauses around it), so nothing needs stitching but inside speech runs longer
 than chunk_seconds.
 
+**Digital silence** (exact zeros, as between clips joined by an editor) is never part of a window's edges, and never
+sets the noise floor. Its log-mel features (the front end's floor, far below any recorded silence) are unlike
+anything in training: a segment of a test utterance with 100-150 ms of them around it was read with one more
+letter at a word start ('staopb' for 'stop') and 0.6 more CIF weight than the same utterance alone, and a floor
+taken from zeros made every noisy pause count as speech (docs/results.md, "Gaps of digital silence, of noise,
+and none"). A segment's window therefore shrinks to its frames above DIGITAL_SILENCE_DB, and the floor of a
+stretch is taken over those frames only.
+
 **The stitching rule** (overlapping windows). Each cut lies in the middle half of its overlap, so at least a quarter
 of the overlap separates it from either window's edge. A unit cut by window i's end edge has its centre within half a
 unit of that edge, hence past the cut (when units are shorter than half the overlap): window i drops it and window
@@ -60,6 +69,7 @@ Contracts:
     WindowReader(handle, name, target_rate, first_frame=0, num_frames=-1).read(start, end) -> samples [end - start]
     energy_profile(reader, hop, block_samples)                            -> dB per hop [ceil(num_samples / hop)]
     speech_runs(profile [F], threshold_db, floor_frames, min_pause_frames, min_speech_frames) -> [(first, end)]
+    audible_span(profile [F], first_frame, end_frame)                     -> the frames in it above digital silence
     quiet_point(profile [F], first_frame, end_frame, span_frames)         -> frame index
     stitched_windows(spans, cut, profile | None, hop, sample_rate, keep_from_ms, keep_to_ms)
                                                                           -> [(start, end, keep_start_ms, keep_end_ms)]
@@ -107,7 +117,8 @@ FLOOR_QUANTILE = 0.1  # ... as this quantile of its 10 ms frame energies
 MIN_SPEECH_MS = 50.0  # shorter speech runs between pauses are taken for clicks and dropped
 MIN_WINDOW_SECONDS = 0.2  # a speech segment is given at least this much audio (the encoder needs 85 ms)
 TEXT_SEARCH_WIDENING = 1.5  # text stitching: words searched in an overlap, relative to the expected count
-_POWER_FLOOR = 1e-12  # before the log of a frame's power
+_POWER_FLOOR = 1e-12  # before the log of a frame's power (digital silence: -120 dB)
+DIGITAL_SILENCE_DB = -80.0  # 10 ms frames at or below this (RMS 1e-4, about 3 steps of 16-bit PCM) are digital silence
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,9 @@ class LongFormOptions:
     batch_windows: windows decoded together (memory grows with it, not with the recording);
     speech_threshold_db: a 10 ms frame is speech when its energy exceeds the local noise floor by this much;
     min_pause_ms: shorter pauses do not end a speech segment;
-    margin_ms: (before, after) silence kept around each speech segment (never past the middle of a pause)."""
+    margin_ms: (before, after) silence kept around each speech segment (never past the middle of a pause; within
+    the 10-90 % range of the training utterances' own edges on the synthetic commands corpus, 30-180 ms before
+    and 270-520 ms after the speech; docs/results.md, "Gaps of digital silence, of noise, and none")."""
 
     segment: str = "pauses"
     chunk_seconds: float = 20.0
@@ -131,7 +144,7 @@ class LongFormOptions:
     batch_windows: int = 8
     speech_threshold_db: float = 15.0
     min_pause_ms: float = 300.0
-    margin_ms: tuple[float, float] = (100.0, 150.0)
+    margin_ms: tuple[float, float] = (150.0, 300.0)
 
     def __post_init__(self) -> None:
         if self.segment not in SEGMENTATIONS:
@@ -241,14 +254,15 @@ def energy_profile(reader: WindowReader, hop: int, block_samples: int) -> torch.
 def speech_runs(profile_db: torch.Tensor, threshold_db: float, floor_frames: int,
                 min_pause_frames: int, min_speech_frames: int) -> list[tuple[int, int]]:
     """Frames of speech as runs [first, end) of the profile [F]: a frame is speech when it exceeds the noise floor
-    of its stretch of ``floor_frames`` (the FLOOR_QUANTILE of that stretch) by ``threshold_db``; runs separated by
-    fewer than ``min_pause_frames`` are joined; joined runs shorter than ``min_speech_frames`` are dropped."""
+    of its stretch of ``floor_frames`` (the FLOOR_QUANTILE of that stretch's frames above DIGITAL_SILENCE_DB; a
+    stretch of digital silence only has no speech) by ``threshold_db``; runs separated by fewer than
+    ``min_pause_frames`` are joined; joined runs shorter than ``min_speech_frames`` are dropped."""
     count = profile_db.numel()
     if count == 0:
         return []
     stretches = -(-count // floor_frames)
     padded = torch.full((stretches * floor_frames,), math.nan)
-    padded[:count] = profile_db.float()
+    padded[:count] = profile_db.float().masked_fill(profile_db <= DIGITAL_SILENCE_DB, math.nan)
     floors = torch.nanquantile(padded.view(stretches, floor_frames), FLOOR_QUANTILE, dim=1)  # [stretches]
     speech = profile_db > floors.repeat_interleave(floor_frames)[:count] + threshold_db  # [F]
     edges = torch.diff(torch.nn.functional.pad(speech.to(torch.int8), (1, 1)))  # +1 at run starts, -1 at ends
@@ -260,6 +274,15 @@ def speech_runs(profile_db: torch.Tensor, threshold_db: float, floor_frames: int
     ends = ends[torch.cat([separate, torch.tensor([True])])]
     long_enough = (ends - starts) >= min_speech_frames
     return list(zip(starts[long_enough].tolist(), ends[long_enough].tolist()))
+
+
+def audible_span(profile_db: torch.Tensor, first_frame: int, end_frame: int) -> tuple[int, int]:
+    """Frames [first_frame, end_frame) of the profile [F] less the digital silence at either end: (first, end) of
+    its frames above DIGITAL_SILENCE_DB, or the span itself when it has none."""
+    audible = (profile_db[first_frame:end_frame] > DIGITAL_SILENCE_DB).nonzero().view(-1)  # [A]
+    if audible.numel() == 0:
+        return first_frame, end_frame
+    return first_frame + int(audible[0]), first_frame + int(audible[-1]) + 1
 
 
 def quiet_point(profile_db: torch.Tensor, first_frame: int, end_frame: int, span_frames: int) -> int:
@@ -300,9 +323,10 @@ def plan_recording(num_samples: int, options: LongFormOptions, hop: int, align: 
                    profile_db: torch.Tensor | None) -> list[Window]:
     """The windows a recording is decoded in (module docstring). 'windows': fixed windows over the whole recording.
     'pauses': each speech run (``speech_runs`` on the profile) with ``margin_ms`` around it (never past the middle
-    of the pause to the next run, which also bounds what it keeps), starts rounded down and ends up to the
-    ``align`` grid, at least MIN_WINDOW_SECONDS long; a run longer than ``chunk_seconds`` is cut into overlapping
-    windows. A recording without speech gets no window."""
+    of the pause to the next run, which also bounds what it keeps), less the digital silence at its edges
+    (``audible_span``), starts rounded down and ends up to the ``align`` grid, at least MIN_WINDOW_SECONDS long; a
+    run longer than ``chunk_seconds`` is cut into overlapping windows. A recording without speech gets no
+    window."""
     window_samples = round(options.chunk_seconds * sample_rate)
     overlap_samples = round(options.overlap_seconds * sample_rate)
     if options.segment == "windows":
@@ -319,8 +343,11 @@ def plan_recording(num_samples: int, options: LongFormOptions, hop: int, align: 
         for index, (first, end) in enumerate(runs):
             low = 0 if index == 0 else (runs[index - 1][1] + first) * hop // 2  # middle of the pause before
             high = num_samples if index + 1 == len(runs) else (end + runs[index + 1][0]) * hop // 2
-            start = max(low, first * hop - before) // align * align
-            stop = min(high, num_samples, -(-(end * hop + after) // align) * align)
+            start = max(low, first * hop - before)
+            stop = min(high, num_samples, end * hop + after)
+            audible_first, audible_end = audible_span(profile_db, start // hop, -(-stop // hop))
+            start = max(start, audible_first * hop) // align * align
+            stop = min(stop, -(-(audible_end * hop) // align) * align)
             stop = max(stop, min(num_samples, start + shortest))
             spans = [(start + a, start + b) for a, b in plan_windows(stop - start, window_samples, overlap_samples,
                                                                      align)]
