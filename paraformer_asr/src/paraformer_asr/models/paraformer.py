@@ -38,8 +38,7 @@ class Paraformer(nn.Module):
         self.eos_id = eos_id
         self.blank_id = blank_id
         self.encoder = Encoder.from_config(cfg, input_dim, subsampling_factor)
-        self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold,
-                                      cfg.dropout)
+        self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold)
         self.decoder = NarDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
                                   cfg.dropout)
         self.ctc = optional_ctc_head(cfg.d_model, vocab_size, cfg.ctc_weight, blank_id)
