@@ -56,6 +56,11 @@ class CifOutput:
     num_tokens: torch.Tensor
     fire_frames: torch.Tensor
 
+    @property
+    def frame_weights(self) -> torch.Tensor:
+        """[B, T] what the alignment plot draws per encoder frame: the integrated alphas."""
+        return self.integrated_alphas
+
     def without_last_token(self) -> "CifOutput":
         """The same output with each utterance's last token removed (``model.predictor_bias`` 1: the last
         fire is the end-of-sentence token): num_tokens - 1 (at least 0), N shrinks to the new maximum;

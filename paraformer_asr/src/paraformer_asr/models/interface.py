@@ -6,7 +6,7 @@
         -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a CharNgramLM
         (decode/ngram_lm.py) joined by shallow fusion with weight ``lm_weight``
     gives_timestamps: bool class attribute, True when the model also offers
-        decode_with_cif(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, cif)
+        decode_aligned(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, cif)
         (token times from its CIF predictor: decode/timestamps.py)
     calibrates_cif: bool class attribute, True when the model also offers
         calibrate_alpha_scale(batches, device) -> float (refits the CIF's inference scale on held-out

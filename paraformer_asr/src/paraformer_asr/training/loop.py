@@ -418,11 +418,11 @@ class Trainer:
         batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
         self.model.eval()
         clock = frame_clock(self.cfg)
-        tokens, lengths, cif = self.model.decode_with_cif(batch.features, batch.feat_mask)
+        tokens, lengths, cif = self.model.decode_aligned(batch.features, batch.feat_mask)
         times = decoded_token_times(self.model, cif, batch.feat_lengths, batch.durations, clock)
         pieces = [self.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
         encoder_frames = self.model.encoder.output_lengths(batch.feat_lengths)
-        data = alignment_plot_data(batch, cif.integrated_alphas, encoder_frames, times, pieces, clock, count)
+        data = alignment_plot_data(batch, cif.frame_weights, encoder_frames, times, pieces, clock, count)
         titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(tokens[i, :lengths[i]])}'"
                   for i in range(count)]
         plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
