@@ -1,11 +1,16 @@
 """Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
     [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--lm-order N --lm-weight W]
-    [--split val|test] [--manifest FILE.jsonl]
+    [--split val|test] [--manifest FILE.jsonl] [--group-by KEY]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
-num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features), and, for a
+count_error_mean (mean predicted - reference token count), num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features), and, for a
 Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
-word_boundary_words. --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
+word_boundary_words. For a Paraformer, oracle_length_cer: the CER had every token count been right (utterances
+counted wrong are decoded again given the true count), which separates counting from recognising. --group-by KEY
+adds "groups": the scores of each value of the manifest field KEY (e.g. speaker or accent).
+The default split is test when the config has one, else val. A checkpoint records the set its CIF scale was
+calibrated on; scoring that set adds "calibration_in_sample": true and a warning (in-sample figures).
+--save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
 their CIF times (the autoregressive baseline gives no times).
 A run folder means its checkpoints/best.pt. Toy checkpoints are evaluated on their toy split;
 --manifest evaluates any JSON Lines manifest with an audio-trained checkpoint.
@@ -24,7 +29,7 @@ from pathlib import Path
 
 from paraformer_asr.cli import add_long_form_arguments, long_form_options, run_main, window_progress
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import load_trained_model
+from paraformer_asr.inference import default_split, load_trained_model
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.evaluation import evaluate_checkpoint
 
@@ -40,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --decode beam: fuse a token n-gram LM of this order (over the checkpoint's "
                              "characters or subword units), estimated from its training transcripts (0 = no LM)")
     parser.add_argument("--lm-weight", type=float, default=0.3, help="shallow-fusion weight of the LM")
-    parser.add_argument("--split", choices=("val", "test"), default="val")
+    parser.add_argument("--split", choices=("val", "test"), default=None,
+                        help="the checkpoint's split to score (default: test when configured, else val)")
+    parser.add_argument("--group-by", metavar="KEY", help="also score each value of this manifest field")
     parser.add_argument("--manifest", help="JSON Lines manifest to evaluate (audio checkpoints)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -58,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     loaded = load_trained_model(args.checkpoint, device)
     apply_num_threads(loaded.cfg.run.num_threads if args.num_threads is None else args.num_threads)
-    result, predictions = evaluate_checkpoint(loaded, device, args.split, args.manifest, options, args.decode,
+    split = args.split or default_split(loaded)
+    result, predictions = evaluate_checkpoint(loaded, device, split, args.manifest, options, args.decode,
                                               args.beam_size, args.lm_order, args.lm_weight, args.batch_size,
-                                              args.long_form, progress=window_progress())
+                                              args.long_form, progress=window_progress(), group_by=args.group_by)
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -195,7 +195,15 @@ class Trainer:
             "step_log": self.step_log,
             "best_cer": self.best_cer,
             "best_checkpoints": self.kept_best.entries,
+            "calibrated_on": self._calibrated_on(),
         }
+
+    def _calibrated_on(self) -> dict | None:
+        """The record eval.py checks (training/calibration.py): the validation set when the loop refits the CIF."""
+        if not (self.cfg.train.calibrate_cif and self.model.calibrates_cif):
+            return None
+        data = self.cfg.data.val_manifest if self.cfg.data.kind == "manifest" else "toy:val"
+        return {"source": "train.calibrate_cif", "data": data, "alpha_scale": float(self.model.predictor.alpha_scale)}
 
     def save(self, name: str) -> None:
         """Write ``checkpoints/<name>`` (only the main process writes)."""
