@@ -98,14 +98,14 @@ class Paraformer(nn.Module):
         quantity loss (``cif`` only), plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py."""
         encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
         targets, target_lengths = self.decoder_targets(batch.tokens, batch.token_lengths)  # [B, N], [B]
-        cif, ctc_log_probs = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)  # [B, N, D] queries
-        token_mask = cif.token_mask  # [B, N]
-        assert_shape(targets, f"{targets.shape[0]},{cif.embeddings.shape[1]}", "target tokens")
-        decoder_input = cif.embeddings  # [B, N, D]
+        extraction, ctc_log_probs = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)  # queries [B, N, D]
+        token_mask = extraction.token_mask  # [B, N]
+        assert_shape(targets, f"{targets.shape[0]},{extraction.embeddings.shape[1]}", "target tokens")
+        decoder_input = extraction.embeddings  # [B, N, D]
         if self.training and self.cfg.glancing_ratio > 0:
             with torch.no_grad():
-                first_pass = self.decoder(cif.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
-            decoder_input, _ = glancing_mix(cif.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
+                first_pass = self.decoder(extraction.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
+            decoder_input, _ = glancing_mix(extraction.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
                                             token_mask, self.cfg.glancing_ratio)  # [B, N, D]
         logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)  # [B, N, V]
         ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)  # scalar
@@ -113,15 +113,15 @@ class Paraformer(nn.Module):
                                                          self.cfg.ctc_combination)
         total = decoder_weight * ce  # scalar
         terms = {"ce": ce.detach()}
-        if isinstance(cif, CifOutput):
-            quantity = quantity_loss(cif.alpha_sum, target_lengths, self.cfg.length_normalized_loss)  # scalar
+        if isinstance(extraction, CifOutput):
+            quantity = quantity_loss(extraction.alpha_sum, target_lengths, self.cfg.length_normalized_loss)  # scalar
             total = total + self.cfg.quantity_weight * quantity
             terms["quantity"] = quantity.detach()
         if ctc_log_probs is not None:
             ctc = ctc_loss(ctc_log_probs, enc_mask.sum(1), batch.tokens, batch.token_lengths, self.blank_id)  # scalar
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
-        return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
+        return LossOutput(total=total, terms=terms, logits=logits, cif=extraction)
 
     @torch.no_grad()
     def calibrate_alpha_scale(self, batches: Iterable[Batch], device: torch.device) -> float:
