@@ -3,7 +3,8 @@
     [--split val|test] [--manifest FILE.jsonl] [--group-by KEY]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
-count_error_mean (mean predicted - reference token count), num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features), and, for a
+count_error_mean (mean predicted - reference token count), num_utterances, rtf (decoding seconds per second of
+input; 10 ms a frame for toy features), and, for a
 Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
 word_boundary_words. For a Paraformer, oracle_length_cer: the CER had every token count been right (utterances
 counted wrong are decoded again given the true count), which separates counting from recognising. --group-by KEY

@@ -1,4 +1,4 @@
-"""The CTC token extractor (model.predictor: ctc): forced alignment, frame merge, pooling, and the Paraformer with it."""
+"""The CTC token extractor (model.predictor: ctc): forced alignment, frame merge, pooling, the Paraformer with it."""
 
 import itertools
 
@@ -101,7 +101,8 @@ def test_pool_frames_matches_a_loop():
             frames = [t for t in range(6) if int(frame_tokens[row, t]) == token]
             expected = hidden[row, frames].mean(0) if frames else torch.zeros(3)
             assert torch.allclose(embeddings[row, token], expected)
-            assert (int(starts[row, token]), int(ends[row, token])) == ((frames[0], frames[-1] + 1) if frames else (0, 0))
+            span = (frames[0], frames[-1] + 1) if frames else (0, 0)
+            assert (int(starts[row, token]), int(ends[row, token])) == span
 
 
 def _ctc_setup(predictor: str = "ctc"):

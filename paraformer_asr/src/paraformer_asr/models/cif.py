@@ -23,9 +23,10 @@ acoustic embedding is a weighted mean of frames.
 Why a calibration scale: the predictor learns sum(alpha) ~ N on training inputs, seen through
 SpecAugment and the encoder's dropout; without them (inference) its sums can come out a few percent
 off, by an amount that drifts from epoch to epoch, so words go missing, mostly where two of them run
-together (the predictor itself has no dropout before its sigmoid, which biased the sums low). ``alpha_scale`` = sum(N) / sum(alpha) over held-out utterances (the validation set,
-refitted at every validation by the training loop) removes that bias, like the running
-statistics of a batch norm: estimated from data, never trained by gradient.
+together (the predictor itself has no dropout before its sigmoid, which biased the sums low).
+``alpha_scale`` = sum(N) / sum(alpha) over held-out utterances (the validation set, refitted at every
+validation by the training loop) removes that bias, like the running statistics of a batch norm: estimated
+from data, never trained by gradient.
 """
 
 from __future__ import annotations

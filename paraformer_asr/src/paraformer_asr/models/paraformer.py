@@ -98,14 +98,15 @@ class Paraformer(nn.Module):
         quantity loss (``cif`` only), plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py."""
         encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
         targets, target_lengths = self.decoder_targets(batch.tokens, batch.token_lengths)  # [B, N], [B]
-        extraction, ctc_log_probs = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)  # queries [B, N, D]
+        extraction, ctc_log_probs = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)
+        queries = extraction.embeddings  # [B, N, D]
         token_mask = extraction.token_mask  # [B, N]
-        assert_shape(targets, f"{targets.shape[0]},{extraction.embeddings.shape[1]}", "target tokens")
-        decoder_input = extraction.embeddings  # [B, N, D]
+        assert_shape(targets, f"{targets.shape[0]},{queries.shape[1]}", "target tokens")
+        decoder_input = queries  # [B, N, D]
         if self.training and self.cfg.glancing_ratio > 0:
             with torch.no_grad():
-                first_pass = self.decoder(extraction.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
-            decoder_input, _ = glancing_mix(extraction.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
+                first_pass = self.decoder(queries, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
+            decoder_input, _ = glancing_mix(queries, self.decoder.embed_tokens(targets), first_pass, targets,
                                             token_mask, self.cfg.glancing_ratio)  # [B, N, D]
         logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)  # [B, N, V]
         ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)  # scalar
@@ -146,8 +147,8 @@ class Paraformer(nn.Module):
     def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor | None = None,
                    token_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, TokenExtraction]:
         """Inference pass: -> (log_probs [B, N, V], extraction) over the N output tokens (N from the alphas and
-        the tail rule, or from the merged CTC path; with ``tokens`` / ``token_lengths``, the true lengths). With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the
-        others, then dropped from both."""
+        the tail rule, or from the merged CTC path; with ``tokens`` / ``token_lengths``, the true lengths). With
+        ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the others, then dropped from both."""
         logits, cif = self.forward(features, feat_mask, tokens, token_lengths)  # [B, N, V]
         if self.cfg.predictor_bias == 1:
             cif = cif.without_last_token()
