@@ -1,11 +1,17 @@
 """Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
     [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--lm-order N --lm-weight W]
-    [--split val|test] [--manifest FILE.jsonl] [--backend torch|onnx] [--num-threads N]
+    [--split val|test] [--manifest FILE.jsonl] [--group-by KEY] [--backend torch|onnx] [--num-threads N]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
-num_utterances, rtf (decoding seconds per second of input; 10 ms a frame for toy features), and, for a
+count_error_mean (mean predicted - reference token count), num_utterances, rtf (decoding seconds per second of
+input; 10 ms a frame for toy features), and, for a
 Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
-word_boundary_words. --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
+word_boundary_words. For a Paraformer, oracle_length_cer: the CER had every token count been right (utterances
+counted wrong are decoded again given the true count), which separates counting from recognising. --group-by KEY
+adds "groups": the scores of each value of the manifest field KEY (e.g. speaker or accent).
+The default split is test when the config has one, else val. A checkpoint records the set its CIF scale was
+calibrated on; scoring that set adds "calibration_in_sample": true and a warning (in-sample figures).
+--save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with
 their CIF times (the autoregressive baseline gives no times).
 A run folder means its checkpoints/best.pt; with --backend onnx, --checkpoint is an export folder
 (scripts/export.py). Toy checkpoints are evaluated on their toy split;
@@ -27,7 +33,7 @@ from paraformer_asr.cli import (add_backend_arguments, add_long_form_arguments, 
                                  window_progress)
 from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import load_model
+from paraformer_asr.inference import default_split, load_model
 from paraformer_asr.training.evaluation import evaluate_checkpoint
 
 
@@ -36,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     add_backend_arguments(parser)
     parser.add_argument("--out", help="write the scores as JSON here")
     parser.add_argument("--save-predictions", help="write one JSON line per utterance: id, ref, hyp")
-    parser.add_argument("--split", choices=("val", "test"), default="val")
+    parser.add_argument("--split", choices=("val", "test"), default=None,
+                        help="the checkpoint's split to score (default: test when configured, else val)")
+    parser.add_argument("--group-by", metavar="KEY", help="also score each value of this manifest field")
     parser.add_argument("--manifest", help="JSON Lines manifest to evaluate (audio checkpoints)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--long-form", action="store_true",
@@ -50,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError("--batch-size must be >= 1")
 
     loaded, device = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
-    result, predictions = evaluate_checkpoint(loaded, device, args.split, args.manifest, options, decoding,
-                                              args.batch_size, args.long_form, progress=window_progress())
+    split = args.split or default_split(loaded)
+    result, predictions = evaluate_checkpoint(loaded, device, split, args.manifest, options, decoding,
+                                              args.batch_size, args.long_form, progress=window_progress(),
+                                              group_by=args.group_by)
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

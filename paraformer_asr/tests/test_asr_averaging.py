@@ -114,6 +114,6 @@ def test_average_checkpoints_script_output_is_read_by_eval(kept_run, tmp_path):
     assert done.stdout.strip() == "avg.pt" and done.stderr.count("averaged ") == 2
     scores = run("eval.py", "--checkpoint", "avg.pt")
     assert scores.returncode == 0, scores.stderr
-    assert json.loads(scores.stdout)["num_utterances"] == 16
+    assert json.loads(scores.stdout)["num_utterances"] == 8  # the default split: test
     refused = run("average_checkpoints.py", kept_run, "--best", "5", "--out", "x.pt")
     assert refused.returncode == 2 and "train.keep_best >= 5" in refused.stderr and "Traceback" not in refused.stderr

@@ -28,7 +28,7 @@ def uncalibrated_run(tmp_path_factory):
 
 def test_calibrating_a_checkpoint_refits_only_the_scale_to_the_set(uncalibrated_run):
     best = uncalibrated_run / "checkpoints" / "best.pt"
-    payload, old_scale, new_scale = calibrate_checkpoint(uncalibrated_run, split="test")
+    payload, old_scale, new_scale = calibrate_checkpoint(uncalibrated_run, split="test", allow_test=True)
     assert old_scale == 1.0 and new_scale != 1.0
     original = load_checkpoint(best)
     assert set(payload["model"]) == set(original["model"])
@@ -63,6 +63,11 @@ def test_calibrate_cif_script_writes_a_checkpoint_eval_reads(uncalibrated_run, t
     done = run_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "calibrated.pt", cwd=tmp_path)
     assert done.stdout.strip() == "calibrated.pt" and "alpha_scale 1.0000 -> " in done.stderr
     scores = run_script("eval.py", "--checkpoint", "calibrated.pt", cwd=tmp_path)
-    assert json.loads(scores.stdout)["num_utterances"] == 16
+    assert json.loads(scores.stdout)["num_utterances"] == 8 and "calibration_in_sample" not in scores.stdout
+    in_sample = run_script("eval.py", "--checkpoint", "calibrated.pt", "--split", "val", cwd=tmp_path)
+    assert json.loads(in_sample.stdout)["calibration_in_sample"] is True and "in-sample" in in_sample.stderr
+    refused = run_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "t.pt", "--split", "test",
+                         cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "--allow-test" in refused.stderr and "Traceback" not in refused.stderr
     missing = run_script("calibrate_cif.py", "--checkpoint", "nowhere.pt", "--out", "x.pt", cwd=tmp_path, check=False)
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "Traceback" not in missing.stderr

@@ -58,7 +58,7 @@ def test_inference_count_is_round_of_alpha_sum_with_tail_rule():
 
 def test_predictor_scales_to_target_length_and_gradients_flow():
     torch.manual_seed(0)
-    pred = CifPredictor(16, dropout=0.0)
+    pred = CifPredictor(16)
     hidden = torch.randn(3, 25, 16, requires_grad=True)
     mask = lengths_to_mask(torch.tensor([25, 20, 8]))
     targets = torch.tensor([7, 3, 5])
@@ -78,7 +78,7 @@ def test_fit_alpha_scale_is_the_ratio_of_total_tokens_to_total_alpha():
 
 def test_alpha_scale_multiplies_the_inference_alphas_only():
     torch.manual_seed(0)
-    pred = CifPredictor(16, dropout=0.0).eval()
+    pred = CifPredictor(16).eval()
     hidden = torch.randn(3, 30, 16)
     mask = lengths_to_mask(torch.tensor([30, 22, 9]))
     plain = pred(hidden, mask)

@@ -13,7 +13,8 @@ from asr_helpers import run_script, tiny_raw_config
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
                    "val_token_accuracy", "val_sequence_accuracy", "cif_alpha_scale", "lr",
                    "epoch_seconds"]
-SCORE_KEYS = {"cer", "wer", "token_accuracy", "sequence_accuracy", "length_accuracy", "num_utterances", "rtf"}
+SCORE_KEYS = {"cer", "wer", "token_accuracy", "sequence_accuracy", "length_accuracy", "count_error_mean",
+              "num_utterances", "rtf"}
 
 
 @pytest.mark.slow
@@ -37,16 +38,20 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     state = torch.load(run_dir / "checkpoints" / "best.pt", weights_only=True)
     assert state["tokenizer"]["symbols"][:4] == ["<pad>", "<bos>", "<eos>", "<unk>"] and "model" in state
 
-    run_script("eval.py", "--checkpoint", run_dir, "--out", "scores.json", "--save-predictions", "pred.jsonl",
-               cwd=tmp_path)
+    run_script("eval.py", "--checkpoint", run_dir, "--split", "val", "--out", "scores.json", "--save-predictions",
+               "pred.jsonl", cwd=tmp_path)
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert SCORE_KEYS <= set(scores) and scores["num_utterances"] == 16 and scores["rtf"] > 0
+    assert scores["calibration_in_sample"] is True  # the run calibrated its CIF on the validation set
     predictions = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
     assert len(predictions) == 16 and set(predictions[0]) == {"id", "ref", "hyp", "words"}
     assert [w["word"] for w in predictions[0]["words"]] == predictions[0]["hyp"].split()
     beam = json.loads(run_script("eval.py", "--checkpoint", run_dir / "checkpoints" / "last.pt", "--decode", "beam",
                                  "--beam-size", "3", "--lm-order", "2", "--lm-weight", "0.2", cwd=tmp_path).stdout)
     assert SCORE_KEYS <= set(beam) and beam["decode"] == "beam" and beam["lm_order"] == 2
+    # the default split is test; a Paraformer adds the oracle-length CER
+    assert beam["dataset"] == "toy:test" and beam["num_utterances"] == 8 and 0 <= beam["oracle_length_cer"]
+    assert "calibration_in_sample" not in beam
 
     from paraformer_asr.data.tokenizer import CharTokenizer
     from paraformer_asr.data.toy import ToySeq2SeqDataset

@@ -430,26 +430,29 @@ def test_joined_utterances_decode_as_one_by_one_whatever_the_gap(tmp_path, gap):
 # ---------------------------------------------------------------- with a model
 
 
-def random_loaded_model(model_type: str = "paraformer", vocabulary: str = "0123456789 ") -> LoadedModel:
-    """An untrained audio model (random weights) with a character vocabulary: enough to run the machinery."""
+def random_loaded_model(model_type: str = "paraformer", vocabulary: str = "0123456789 ",
+                        predictor: str = "cif") -> LoadedModel:
+    """An untrained audio model (random weights) with a character vocabulary: enough to run the machinery.
+    ``predictor`` ctc: the CTC token extractor (with the CTC head it needs)."""
     cfg = config_from_dict({
         "run": {"name": "lf", "seed": 0, "num_threads": 1},
         "data": {"kind": "manifest", "train_manifest": "unused.jsonl", "val_manifest": "unused.jsonl", "n_mels": 20},
         "model": {"type": model_type, "d_model": 32, "num_heads": 4, "encoder_layers": 1, "decoder_layers": 1,
-                  "ffn_dim": 64, "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0},
+                  "ffn_dim": 64, "subsampling": "4x", "subsampling_channels": 4, "dropout": 0.0,
+                  "predictor": predictor, "ctc_weight": 0.3 if predictor == "ctc" else 0.0},
     })
-    tokenizer = CharTokenizer.build([vocabulary])
+    tokenizer = CharTokenizer.build([vocabulary], with_blank=predictor == "ctc")
     torch.manual_seed(0)
     model = build_model(cfg, 20, tokenizer).eval()
     return LoadedModel(model, cfg, tokenizer, None, 20, PROJECT / "untrained.pt")
 
 
-@pytest.mark.parametrize("segment", ["pauses", "windows"])
-def test_long_transcripts_have_increasing_absolute_times_inside_the_recording(tmp_path, segment):
+@pytest.mark.parametrize("segment,predictor", [("pauses", "cif"), ("windows", "cif"), ("windows", "ctc")])
+def test_long_transcripts_have_increasing_absolute_times_inside_the_recording(tmp_path, segment, predictor):
     path = tmp_path / "long.flac"
     write_audio(path, speech_like(14.0, 0), RATE)
     options = LongFormOptions(segment=segment, chunk_seconds=3.0, overlap_seconds=1.0, batch_windows=3)
-    result = transcribe_long(random_loaded_model(), path, torch.device("cpu"), options)
+    result = transcribe_long(random_loaded_model(predictor=predictor), path, torch.device("cpu"), options)
     assert result.num_windows > 3 and result.duration_s == pytest.approx(14.0)
     times = [t for w in result.words for t in (w["start_ms"], w["end_ms"])]
     assert times == sorted(times) and all(0 <= t <= 14000 for t in times)

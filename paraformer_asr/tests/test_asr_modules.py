@@ -84,8 +84,8 @@ def test_encoder_rejects_too_short_inputs_and_bad_masks():
 
 def test_predictor_and_decoder_shapes_and_padding_invariance():
     torch.manual_seed(0)
-    pred = CifPredictor(32, kernel_size=3, dropout=0.0).eval()
-    dec = NarDecoder(11, 32, 4, 2, 48, dropout=0.0).eval()
+    pred = CifPredictor(32, kernel_size=3).eval()
+    dec = NarDecoder(11, 32, 4, 2, 48).eval()
     lengths = torch.tensor([20, 12])
     hidden = torch.randn(2, 20, 32) * lengths_to_mask(lengths).unsqueeze(-1)
     mask = lengths_to_mask(lengths)

@@ -35,7 +35,7 @@ def _model(model_overrides: dict, model_type: str = "paraformer", train_mode: bo
 
 def test_predictor_sums_alphas_in_float32_under_bf16_autocast():
     torch.manual_seed(0)
-    predictor = CifPredictor(16, dropout=0.0)
+    predictor = CifPredictor(16)
     hidden = torch.randn(2, 400, 16)
     mask = lengths_to_mask(torch.tensor([400, 300]))
     with torch.no_grad():

@@ -127,7 +127,7 @@ def test_alignment_plot_data_and_figure(tmp_path):
     cfg, data, model = tiny_model()
     batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(3)])
     clock = frame_clock(cfg)
-    tokens, lengths, cif = model.decode_with_cif(batch.features, batch.feat_mask)
+    tokens, lengths, cif = model.decode_aligned(batch.features, batch.feat_mask)
     times = decoded_token_times(model, cif, batch.feat_lengths, batch.durations, clock)
     pieces = [data.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
     frames = model.encoder.output_lengths(batch.feat_lengths)

@@ -26,6 +26,7 @@ SUBSAMPLING_FACTORS = {"none": 1, "2x": 2, "4x": 4}
 MIN_INPUT_FRAMES = {1: 1, 2: 3, 4: 7}
 MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
+PREDICTORS = ("cif", "ctc")
 
 
 def _choices(*values: str) -> dict:
@@ -107,6 +108,8 @@ class ModelConfig:
     ctc_combination: str = field(default="add", metadata=_choices(*CTC_COMBINATIONS))
     # false: CE mean per token, quantity loss mean per utterance; true: both divided by the target tokens (FunASR's)
     length_normalized_loss: bool = False
+    # Paraformer token extraction: cif (integrate-and-fire) or ctc (the CTC path, Paraformer-v2; needs ctc_weight > 0)
+    predictor: str = field(default="cif", metadata=_choices(*PREDICTORS))
     predictor_bias: int = 0  # 1: the CIF also fires for an <eos> after the last token (FunASR's predictor_bias)
     activation_checkpointing: bool = False
 
@@ -255,6 +258,11 @@ def validate(cfg: Config) -> Config:
         _require(model.ctc_weight < 1, "model.ctc_weight", "< 1 with model.ctc_combination 'interpolate' (the decoder "
                  "loss would get no weight)", model.ctc_weight)
     _require(model.predictor_bias in (0, 1), "model.predictor_bias", "0 or 1", model.predictor_bias)
+    if model.type == "paraformer" and model.predictor == "ctc":
+        _require(model.ctc_weight > 0, "model.ctc_weight", "> 0 with model.predictor 'ctc' (the CTC head places the "
+                 "tokens)", model.ctc_weight)
+        _require(model.predictor_bias == 0, "model.predictor_bias", "0 with model.predictor 'ctc' (no end-of-sentence "
+                 "fire)", model.predictor_bias)
 
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:

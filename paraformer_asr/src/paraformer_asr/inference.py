@@ -31,6 +31,7 @@ class LoadedModel:
     normalizer: Any
     input_dim: int
     path: Path
+    calibrated_on: str | None = None  # the data set the CIF's alpha_scale was fitted on (training/calibration.py)
 
 
 def model_device(model) -> torch.device:
@@ -93,7 +94,8 @@ def model_from_checkpoint(state: dict, path: Path, device: torch.device) -> Load
     except RuntimeError as exc:
         raise CheckpointError(f"{path}: weights do not fit the stored config: {str(exc).splitlines()[0]}") from None
     model.to(device).eval()
-    return LoadedModel(model, cfg, tokenizer, normalizer, int(state["input_dim"]), path)
+    calibrated_on = (state.get("calibrated_on") or {}).get("data")
+    return LoadedModel(model, cfg, tokenizer, normalizer, int(state["input_dim"]), path, calibrated_on)
 
 
 def features_from_waveform(waveform: torch.Tensor, loaded: LoadedModel) -> torch.Tensor:
@@ -127,6 +129,12 @@ def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, f
     if not bool(torch.isfinite(features).all()):
         raise DataError(f"{path}: features contain NaN or Inf")
     return features, features.shape[0] * 0.01
+
+
+def default_split(loaded: LoadedModel) -> str:
+    """The split eval.py scores when none is named: 'test' when the config has one (toy data always has), else
+    'val'."""
+    return "test" if loaded.cfg.data.kind == "toy" or loaded.cfg.data.test_manifest else "val"
 
 
 def evaluation_manifest(loaded: LoadedModel, split: str = "val", manifest: str | None = None) -> str | None:

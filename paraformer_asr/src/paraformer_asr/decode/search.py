@@ -57,7 +57,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
         start = time.perf_counter()
         times = None
         if clock is not None:
-            tokens, lengths, cif = model.decode_with_cif(batch.features, batch.feat_mask,
+            tokens, lengths, cif = model.decode_aligned(batch.features, batch.feat_mask,
                                                          beam_size if method == "beam" else 1, lm, lm_weight)
             times = decoded_token_times(model, cif, batch.feat_lengths, batch.durations, clock)  # 2 x [B, N]
         elif method == "greedy":

@@ -1,4 +1,7 @@
-"""Token and word times from the CIF: when each output token's acoustic mass begins and ends.
+"""Token and word times: when each output token's acoustic mass begins and ends.
+
+With the CTC token extractor (``model.predictor: ctc``) a token spans its merged CTC frames (models/ctc_extractor.py);
+the rest of this docstring is about the CIF.
 
 Positions are continuous encoder-frame coordinates (frame t spans [t, t + 1)). The running sum C of the
 integrated alphas, linear inside each frame, gives token k the stretch where C runs from k to k + 1 (see
@@ -120,23 +123,30 @@ def cif_token_spans(alphas: torch.Tensor, num_tokens: torch.Tensor,
     return starts * valid, ends * valid
 
 
-def token_times_ms(alphas: torch.Tensor, num_tokens: torch.Tensor, encoder_frames: torch.Tensor, clock: FrameClock,
-                   durations_ms: torch.Tensor, extra_fires: int = 0,
+def cif_fire_spans(alphas: torch.Tensor, num_tokens: torch.Tensor, extra_fires: int = 0,
                    min_weight: float = MIN_TOKEN_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
-    """alphas [B, T'] (the predictor's alphas in threshold units, 0 on padding), num_tokens [B] (output tokens),
-    encoder_frames [B] (valid encoder frames), durations_ms [B] -> (start_ms [B, N], end_ms [B, N]) float64,
-    0 on padding.
+    """alphas [B, T'] (the predictor's alphas in threshold units, 0 on padding), num_tokens [B] (output tokens)
+    -> (starts [B, N], ends [B, N]) float64 encoder-frame positions, 0 on padding.
 
     The alphas are first scaled to sum to the number of fires, num_tokens + ``extra_fires`` (1 with
     ``model.predictor_bias``: the end-of-sentence fire), as in training, where the predictor learns its
     alignment under that scaling; the leftover mass at inference (the tail rule) then does not shift the
-    last token. The first encoder frame stands for the audio from its beginning and the last one for the
-    audio up to its end (the subsampling's last frame is centred up to f - 1 input frames before the end):
-    position 0 is 0 ms and position ``encoder_frames`` is the duration. Times are clipped to [0, duration].
-    """
+    last token."""
+    alphas = alphas.detach().double()
     fires = (num_tokens + extra_fires).to(torch.float64)  # [B]
-    scale = torch.where(fires > 0, fires / alphas.detach().double().sum(1).clamp(min=1e-12), torch.zeros_like(fires))
-    starts, ends = cif_token_spans(alphas.detach().double() * scale.unsqueeze(1), num_tokens, min_weight)  # [B, N]
+    scale = torch.where(fires > 0, fires / alphas.sum(1).clamp(min=1e-12), torch.zeros_like(fires))
+    return cif_token_spans(alphas * scale.unsqueeze(1), num_tokens, min_weight)
+
+
+def spans_to_ms(starts: torch.Tensor, ends: torch.Tensor, num_tokens: torch.Tensor, encoder_frames: torch.Tensor,
+                clock: FrameClock, durations_ms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token spans in encoder-frame positions (starts / ends [B, N] float64), num_tokens [B], encoder_frames [B]
+    (valid encoder frames), durations_ms [B] -> (start_ms [B, N], end_ms [B, N]) float64, 0 on padding.
+
+    The first encoder frame stands for the audio from its beginning and the last one for the audio up to its
+    end (the subsampling's last frame is centred up to f - 1 input frames before the end): position 0 is 0 ms
+    and position ``encoder_frames`` is the duration. Times are clipped to [0, duration].
+    """
     limit = durations_ms.to(starts).unsqueeze(1)  # [B, 1]
     last = encoder_frames.to(starts).unsqueeze(1)  # [B, 1]
 
@@ -149,13 +159,22 @@ def token_times_ms(alphas: torch.Tensor, num_tokens: torch.Tensor, encoder_frame
     return to_ms(starts) * valid, to_ms(ends) * valid
 
 
-def decoded_token_times(model, cif, feat_lengths: torch.Tensor, durations_s: torch.Tensor,
+def token_times_ms(alphas: torch.Tensor, num_tokens: torch.Tensor, encoder_frames: torch.Tensor, clock: FrameClock,
+                   durations_ms: torch.Tensor, extra_fires: int = 0,
+                   min_weight: float = MIN_TOKEN_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
+    """CIF token times: :func:`cif_fire_spans` then :func:`spans_to_ms` -> (start_ms [B, N], end_ms [B, N])."""
+    starts, ends = cif_fire_spans(alphas, num_tokens, extra_fires, min_weight)  # [B, N]
+    return spans_to_ms(starts, ends, num_tokens, encoder_frames, clock, durations_ms)
+
+
+def decoded_token_times(model, extraction, feat_lengths: torch.Tensor, durations_s: torch.Tensor,
                         clock: FrameClock) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token times of a Paraformer's decoded batch: ``cif`` from ``model.decode_with_cif`` (inference),
-    feat_lengths [B] input frames, durations_s [B] -> (start_ms [B, N], end_ms [B, N])."""
+    """Token times of a Paraformer's decoded batch: ``extraction`` from ``model.decode_aligned`` (inference; the
+    CIF's fires or the CTC path's frames, through ``model.token_spans``), feat_lengths [B] input frames,
+    durations_s [B] -> (start_ms [B, N], end_ms [B, N])."""
+    starts, ends = model.token_spans(extraction)  # [B, N] encoder-frame positions
     encoder_frames = model.encoder.output_lengths(feat_lengths)
-    return token_times_ms(cif.integrated_alphas, cif.num_tokens, encoder_frames, clock, durations_s.double() * 1000.0,
-                          extra_fires=model.cfg.predictor_bias)
+    return spans_to_ms(starts, ends, extraction.num_tokens, encoder_frames, clock, durations_s.double() * 1000.0)
 
 
 def group_words(pieces: list[str]) -> list[tuple[str, int, int]]:

@@ -71,6 +71,7 @@ class ExportedModel:
     """What both exported model kinds share: the encoder graph with the PyTorch encoder's input checks."""
 
     device = CPU
+    calibrates_cif = False  # the CIF scale is fixed in the graphs: calibrate the checkpoint before exporting
 
     def __init__(self, cfg: Config, tokenizer, graphs: dict[str, Graph], precision: str = "fp32"):
         self.cfg: ModelConfig = cfg.model

@@ -85,6 +85,7 @@ class RecognitionScores:
     token_accuracy: float
     sequence_accuracy: float
     length_accuracy: float
+    count_error_mean: float
     num_utterances: int
 
     def to_dict(self) -> dict:
@@ -98,11 +99,12 @@ def score_transcripts(references: Sequence[Sequence[int]], hypotheses: Sequence[
     references / hypotheses: token-id sequences (no specials); ref_texts / hyp_texts: decoded
     text. token_accuracy = position-wise matching tokens / reference tokens (positions past the
     shorter sequence count as errors); sequence_accuracy = exact token matches / utterances;
-    length_accuracy = utterances whose predicted token count equals the reference count.
+    length_accuracy = utterances whose predicted token count equals the reference count; count_error_mean = the
+    mean of (predicted - reference) token counts (signed: below 0, the model drops tokens).
     """
     count = len(references)
     if count == 0:
-        return RecognitionScores(0.0, 0.0, 0.0, 0.0, 0.0, 0)
+        return RecognitionScores(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0)
     char_errors = sum(edit_distance(r, h) for r, h in zip(ref_texts, hyp_texts))
     char_total = sum(len(r) for r in ref_texts)
     word_errors = sum(edit_distance(r.split(), h.split()) for r, h in zip(ref_texts, hyp_texts))
@@ -115,5 +117,6 @@ def score_transcripts(references: Sequence[Sequence[int]], hypotheses: Sequence[
         token_accuracy=matches / max(token_total, 1),
         sequence_accuracy=sum(list(r) == list(h) for r, h in zip(references, hypotheses)) / count,
         length_accuracy=sum(len(r) == len(h) for r, h in zip(references, hypotheses)) / count,
+        count_error_mean=sum(len(h) - len(r) for r, h in zip(references, hypotheses)) / count,
         num_utterances=count,
     )

@@ -21,11 +21,12 @@ the leftover mass after the last full fire becomes a final token only if it is a
 acoustic embedding is a weighted mean of frames.
 
 Why a calibration scale: the predictor learns sum(alpha) ~ N on training inputs, seen through
-dropout and SpecAugment; without them (inference) its sums come out a few percent low, and by an
-amount that drifts from epoch to epoch, so words go missing, mostly where two of them run
-together. ``alpha_scale`` = sum(N) / sum(alpha) over held-out utterances (the validation set,
-refitted at every validation by the training loop) removes that bias, like the running
-statistics of a batch norm: estimated from data, never trained by gradient.
+SpecAugment and the encoder's dropout; without them (inference) its sums can come out a few percent
+off, by an amount that drifts from epoch to epoch, so words go missing, mostly where two of them run
+together (the predictor itself has no dropout before its sigmoid, which biased the sums low).
+``alpha_scale`` = sum(N) / sum(alpha) over held-out utterances (the validation set, refitted at every
+validation by the training loop) removes that bias, like the running statistics of a batch norm: estimated
+from data, never trained by gradient.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class CifOutput:
     token_mask: torch.Tensor
     num_tokens: torch.Tensor
     fire_frames: torch.Tensor
+
+    @property
+    def frame_weights(self) -> torch.Tensor:
+        """[B, T] what the alignment plot draws per encoder frame: the integrated alphas."""
+        return self.integrated_alphas
 
     def without_last_token(self) -> "CifOutput":
         """The same output with each utterance's last token removed (``model.predictor_bias`` 1: the last
@@ -183,7 +189,10 @@ def dense_cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: 
 
 
 class CifPredictor(nn.Module):
-    """Conv1d over time -> ReLU -> dropout -> Linear -> sigmoid gives alpha per encoder frame.
+    """Conv1d over time -> ReLU -> Linear -> sigmoid gives alpha per encoder frame.
+
+    No dropout before the sigmoid: the sigmoid is convex below 0.5, so noise there raises the mean alpha in
+    training (Jensen), the quantity loss fits that inflated sum to N, and the eval-mode sums come out low.
 
     forward(hidden [B, T, D], mask [B, T] bool, target_lengths [B] | None) -> CifOutput.
     With ``target_lengths`` (training) the alphas are scaled to sum to them; without, they are multiplied
@@ -191,14 +200,12 @@ class CifPredictor(nn.Module):
     :func:`inference_token_count`.
     """
 
-    def __init__(self, d_model: int, kernel_size: int = 3, threshold: float = 1.0, tail_threshold: float = 0.5,
-                 dropout: float = 0.1):
+    def __init__(self, d_model: int, kernel_size: int = 3, threshold: float = 1.0, tail_threshold: float = 0.5):
         super().__init__()
         self.d_model = d_model
         self.threshold = threshold
         self.tail_threshold = tail_threshold
         self.conv = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2)
-        self.dropout = nn.Dropout(dropout)
         self.proj = nn.Linear(d_model, 1)
         self.register_buffer("alpha_scale", torch.ones(()))  # scalar, set by fit_alpha_scale, not by gradient
 
@@ -211,7 +218,7 @@ class CifPredictor(nn.Module):
         """hidden [B, T, D], mask [B, T] -> alphas [B, T] in (0, 1), exactly 0 on padding."""
         hidden = hidden.masked_fill(~mask.unsqueeze(-1), 0.0)  # the conv must see zeros past the end
         x = torch.relu(self.conv(hidden.transpose(1, 2))).transpose(1, 2)  # [B, T, D]
-        alphas = torch.sigmoid(self.proj(self.dropout(x))).squeeze(-1)  # [B, T]
+        alphas = torch.sigmoid(self.proj(x)).squeeze(-1)  # [B, T]
         return alphas * mask
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor,

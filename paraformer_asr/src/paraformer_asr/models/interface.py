@@ -5,10 +5,11 @@
     beam_search(features, feat_mask, beam_size, lm=None, lm_weight=0.0)
         -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a CharNgramLM
         (decode/ngram_lm.py) joined by shallow fusion with weight ``lm_weight``
-    gives_timestamps: bool class attribute, True when the model also offers
-        decode_with_cif(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, cif)
-        (token times from its CIF predictor: decode/timestamps.py)
-    calibrates_cif: bool class attribute, True when the model also offers
+    gives_timestamps: bool attribute, True when the model also offers
+        decode_aligned(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, extraction) and
+        token_spans(extraction) -> (starts [B, N], ends [B, N]) encoder-frame positions (its token extractor's
+        alignment, CIF fires or CTC frames; decode/timestamps.py turns them into milliseconds)
+    calibrates_cif: bool attribute, True when the model also offers
         calibrate_alpha_scale(batches, device) -> float (refits the CIF's inference scale on held-out
         utterances; models/cif.py)
     encoder: the shared speech encoder (models/encoder.py); decoder: the model's decoder stack
@@ -21,15 +22,17 @@ from dataclasses import dataclass
 import torch
 
 from paraformer_asr.models.cif import CifOutput
+from paraformer_asr.models.ctc_extractor import CtcExtraction
 
 
 @dataclass
 class LossOutput:
     """total: scalar tensor to backpropagate; terms: every loss term as a detached scalar tensor
-    (keys 'ce', 'quantity', 'ctc' for the Paraformer; 'ce', 'ctc' for the autoregressive baseline);
-    logits [B, N, V] of the trained pass; cif: the predictor output (None for models without one)."""
+    (keys 'ce', 'quantity' (CIF only), 'ctc' for the Paraformer; 'ce', 'ctc' for the autoregressive baseline);
+    logits [B, N, V] of the trained pass; cif: the token extractor's output, a CifOutput or a CtcExtraction
+    (None for models without one)."""
 
     total: torch.Tensor
     terms: dict[str, torch.Tensor]
     logits: torch.Tensor
-    cif: CifOutput | None
+    cif: CifOutput | CtcExtraction | None

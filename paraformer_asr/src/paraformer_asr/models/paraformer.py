@@ -1,6 +1,8 @@
-"""The Paraformer: encoder -> CIF predictor -> non-autoregressive decoder (+ glancing, optional CTC).
+"""The Paraformer: encoder -> token extractor -> non-autoregressive decoder (+ glancing, optional CTC).
 
-It offers the model interface of models/interface.py.
+The token extractor (``model.predictor``) places the decoder's queries: ``cif``, the CIF predictor
+(models/cif.py), or ``ctc``, the merged CTC path (models/ctc_extractor.py, Paraformer-v2). It offers the model
+interface of models/interface.py.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
 from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
-from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
+from paraformer_asr.decode.timestamps import cif_fire_spans
+from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
 from paraformer_asr.models.cif import CifOutput, CifPredictor, fit_alpha_scale
 from paraformer_asr.models.ctc import optional_ctc_head
+from paraformer_asr.models.ctc_extractor import CtcExtraction, CtcTokenExtractor
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.glancing import glancing_mix
@@ -25,44 +29,60 @@ from paraformer_asr.models.interface import LossOutput
 from paraformer_asr.models.targets import append_eos
 
 
+TokenExtraction = CifOutput | CtcExtraction
+
+
 class ParaformerDecoding:
     """The Paraformer's decoding, shared by the PyTorch model and the exported one (deploy/runtime.py): a class
-    using it offers ``forward(features, feat_mask) -> (logits [B, N, V], CifOutput)`` (the inference pass),
+    using it offers ``forward(features, feat_mask) -> (logits [B, N, V], extraction)`` (the inference pass),
     ``cfg`` (its ModelConfig) and ``pad_id``."""
 
-    gives_timestamps = True  # token times from the CIF: decode_with_cif + decode/timestamps.py
+    gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
 
     @torch.no_grad()
-    def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
-        """Inference pass: -> (log_probs [B, N, V], cif) over the N output tokens (N from the alphas and
-        the tail rule). With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded with the
-        others, then dropped from both."""
-        logits, cif = self.forward(features, feat_mask)  # [B, N, V]
+    def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, TokenExtraction]:
+        """Inference pass: -> (log_probs [B, N, V], extraction) over the N output tokens (N from the alphas and
+        the tail rule, or from the merged CTC path)."""
+        return self._log_posteriors(*self.forward(features, feat_mask))
+
+    def _log_posteriors(self, logits: torch.Tensor, extraction: TokenExtraction) -> tuple[torch.Tensor,
+                                                                                          TokenExtraction]:
+        """logits [B, N, V] -> log_probs. With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded
+        with the others, then dropped from both."""
         if self.cfg.predictor_bias == 1:
-            cif = cif.without_last_token()
-            logits = logits[:, :cif.token_mask.shape[1]]  # [B, N - 1, V]
+            extraction = extraction.without_last_token()
+            logits = logits[:, :extraction.token_mask.shape[1]]  # [B, N - 1, V]
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, N, V]
         check_finite(log_probs, "decoder log_probs")
-        return log_probs, cif
+        return log_probs, extraction
 
     @torch.no_grad()
-    def decode_with_cif(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                        lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
-        """The best hypothesis and the CIF output it came from (for timestamps), from one pass.
+    def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
+                       lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
+        """The best hypothesis and the extraction it came from (for :meth:`token_spans`), from one pass.
 
         beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam.
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; cif)."""
-        log_probs, cif = self.posteriors(features, feat_mask)
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
+        log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None:
-            return log_probs.argmax(dim=-1).masked_fill(~cif.token_mask, self.pad_id), cif.num_tokens, cif
-        beams, _ = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
-        return beams[:, 0], cif.num_tokens, cif
+            return (log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens,
+                    extraction)
+        beams, _ = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
+        return beams[:, 0], extraction.num_tokens, extraction
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """-> tokens [B, T_out] long (pad_id past each length), lengths [B] long. One decoder pass."""
-        tokens, lengths, _ = self.decode_with_cif(features, feat_mask)
+        tokens, lengths, _ = self.decode_aligned(features, feat_mask)
         return tokens, lengths
+
+    def token_spans(self, extraction: TokenExtraction) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each output token's stretch of encoder frames: (starts [B, N], ends [B, N]) float64 positions (frame t
+        spans [t, t + 1)), 0 on padding. CIF: where its running sum crosses the token's levels
+        (decode/timestamps.py); CTC: its merged frames [first, last + 1)."""
+        if isinstance(extraction, CtcExtraction):
+            return extraction.frame_starts.double(), extraction.frame_ends.double()
+        return cif_fire_spans(extraction.integrated_alphas, extraction.num_tokens, self.cfg.predictor_bias)
 
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
@@ -70,23 +90,22 @@ class ParaformerDecoding:
         """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
 
         With ``lm`` (a CharNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
-        log_probs, cif = self.posteriors(features, feat_mask)
-        tokens, scores = self._search_posteriors(log_probs, cif, beam_size, lm, lm_weight)
-        lengths = cif.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
+        log_probs, extraction = self.posteriors(features, feat_mask)
+        tokens, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
+        lengths = extraction.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
         return tokens, scores, lengths
 
-    def _search_posteriors(self, log_probs: torch.Tensor, cif: CifOutput, beam_size: int, lm,
+    def _search_posteriors(self, log_probs: torch.Tensor, extraction: TokenExtraction, beam_size: int, lm,
                            lm_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
         """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given."""
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if lm is None:
-            return factorized_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id)
-        return fused_posterior_beam_search(log_probs, cif.token_mask, beam_size, self.pad_id, lm, lm_weight)
+            return factorized_beam_search(log_probs, extraction.token_mask, beam_size, self.pad_id)
+        return fused_posterior_beam_search(log_probs, extraction.token_mask, beam_size, self.pad_id, lm, lm_weight)
 
 
 class Paraformer(ParaformerDecoding, nn.Module):
-    calibrates_cif = True  # calibrate_alpha_scale: the CIF's inference scale from held-out utterances
 
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):
@@ -97,63 +116,84 @@ class Paraformer(ParaformerDecoding, nn.Module):
         self.eos_id = eos_id
         self.blank_id = blank_id
         self.encoder = Encoder.from_config(cfg, input_dim, subsampling_factor)
-        self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold,
-                                      cfg.dropout)
+        if cfg.predictor == "ctc":
+            self.predictor = CtcTokenExtractor(cfg.d_model, blank_id)
+        else:
+            self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold)
         self.decoder = NarDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
                                   cfg.dropout)
         self.ctc = optional_ctc_head(cfg.d_model, vocab_size, cfg.ctc_weight, blank_id)
+
+    @property
+    def calibrates_cif(self) -> bool:
+        """calibrate_alpha_scale applies: the CIF's inference scale from held-out utterances (``cif`` only)."""
+        return self.cfg.predictor == "cif"
 
     def encode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""
         return self.encoder(features, feat_mask)
 
     def decoder_targets(self, tokens: torch.Tensor, token_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the CIF fires for and the decoder predicts: tokens [B, S], token_lengths [B] -> (targets
+        """What the extractor places queries for and the decoder predicts: tokens [B, S], token_lengths [B] -> (targets
         [B, S + b], lengths [B] + b), b = ``model.predictor_bias`` (1: an <eos> after each transcript)."""
         if self.cfg.predictor_bias == 0:
             return tokens, token_lengths
         return append_eos(tokens, token_lengths, self.eos_id, self.pad_id)
 
-    def forward(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor | None = None,
-                token_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, CifOutput]:
-        """One decoder pass, no glancing: -> (logits [B, N, V], cif).
+    def extract_tokens(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, targets: torch.Tensor | None = None,
+                       target_lengths: torch.Tensor | None = None) -> tuple[TokenExtraction, torch.Tensor | None]:
+        """encoder_out [B, T', D], enc_mask [B, T'] -> (extraction with embeddings [B, N, D], CTC log-probs
+        [B, T', V] or None when the model has no CTC head). With ``targets`` [B, N] / ``target_lengths`` [B]
+        (training, oracle) N is the target length: the CIF is scaled to it, the CTC path is the forced alignment."""
+        log_probs = self.ctc(encoder_out) if self.ctc is not None else None  # [B, T', V]
+        if self.cfg.predictor == "ctc":
+            return self.predictor(encoder_out, enc_mask, log_probs, targets, target_lengths), log_probs
+        return self.predictor(encoder_out, enc_mask, target_lengths), log_probs
 
-        With ``tokens`` [B, S] / ``token_lengths`` [B] the CIF is scaled to the true lengths
-        (N = S_max, + 1 with ``model.predictor_bias``: the <eos> position); without, N comes from the
-        predicted alphas (the end-of-sentence fire included).
+    def forward(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor | None = None,
+                token_lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, TokenExtraction]:
+        """One decoder pass, no glancing: -> (logits [B, N, V], extraction).
+
+        With ``tokens`` [B, S] / ``token_lengths`` [B] the queries follow the true lengths (N = S_max, + 1 with
+        ``model.predictor_bias``: the <eos> position); without, N comes from the predicted alphas (the
+        end-of-sentence fire included) or from the merged CTC path.
         """
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        target_lengths = None if tokens is None else self.decoder_targets(tokens, token_lengths)[1]  # [B]
-        cif = self.predictor(encoder_out, enc_mask, target_lengths)  # embeddings [B, N, D]
-        logits = self.decoder(cif.embeddings, cif.token_mask, encoder_out, enc_mask)  # [B, N, V]
-        return logits, cif
+        targets, target_lengths = (None, None) if tokens is None else self.decoder_targets(tokens, token_lengths)
+        extraction, _ = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)  # embeddings [B, N, D]
+        logits = self.decoder(extraction.embeddings, extraction.token_mask, encoder_out, enc_mask)  # [B, N, V]
+        return logits, extraction
 
     def compute_loss(self, batch: Batch) -> LossOutput:
-        """Label-smoothed CE over the valid target positions (a mean per token) and quantity_weight x the
-        quantity loss, plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py."""
+        """Label-smoothed CE over the valid target positions (a mean per token), quantity_weight x the
+        quantity loss (``cif`` only), plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py."""
         encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
         targets, target_lengths = self.decoder_targets(batch.tokens, batch.token_lengths)  # [B, N], [B]
-        cif = self.predictor(encoder_out, enc_mask, target_lengths)  # embeddings [B, N, D]
-        token_mask = cif.token_mask  # [B, N]
-        assert_shape(targets, f"{targets.shape[0]},{cif.embeddings.shape[1]}", "target tokens")
-        decoder_input = cif.embeddings  # [B, N, D]
+        extraction, ctc_log_probs = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)
+        queries = extraction.embeddings  # [B, N, D]
+        token_mask = extraction.token_mask  # [B, N]
+        assert_shape(targets, f"{targets.shape[0]},{queries.shape[1]}", "target tokens")
+        decoder_input = queries  # [B, N, D]
         if self.training and self.cfg.glancing_ratio > 0:
             with torch.no_grad():
-                first_pass = self.decoder(cif.embeddings, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
-            decoder_input, _ = glancing_mix(cif.embeddings, self.decoder.embed_tokens(targets), first_pass, targets,
+                first_pass = self.decoder(queries, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
+            decoder_input, _ = glancing_mix(queries, self.decoder.embed_tokens(targets), first_pass, targets,
                                             token_mask, self.cfg.glancing_ratio)  # [B, N, D]
         logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)  # [B, N, V]
         ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)  # scalar
-        quantity = quantity_loss(cif.alpha_sum, target_lengths, self.cfg.length_normalized_loss)  # scalar
         decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
                                                          self.cfg.ctc_combination)
-        total = decoder_weight * ce + self.cfg.quantity_weight * quantity  # scalar
-        terms = {"ce": ce.detach(), "quantity": quantity.detach()}
-        if self.ctc is not None:
-            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)  # scalar
+        total = decoder_weight * ce  # scalar
+        terms = {"ce": ce.detach()}
+        if isinstance(extraction, CifOutput):
+            quantity = quantity_loss(extraction.alpha_sum, target_lengths, self.cfg.length_normalized_loss)  # scalar
+            total = total + self.cfg.quantity_weight * quantity
+            terms["quantity"] = quantity.detach()
+        if ctc_log_probs is not None:
+            ctc = ctc_loss(ctc_log_probs, enc_mask.sum(1), batch.tokens, batch.token_lengths, self.blank_id)  # scalar
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
-        return LossOutput(total=total, terms=terms, logits=logits, cif=cif)
+        return LossOutput(total=total, terms=terms, logits=logits, cif=extraction)
 
     @torch.no_grad()
     def calibrate_alpha_scale(self, batches: Iterable[Batch], device: torch.device) -> float:
@@ -173,3 +213,12 @@ class Paraformer(ParaformerDecoding, nn.Module):
         self.predictor.alpha_scale.fill_(scale)
         self.train(was_training)
         return scale
+
+    @torch.no_grad()
+    def oracle_length_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor,
+                             token_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy decoding given the true token count (a diagnostic: recognising without counting): the CIF is
+        scaled to the reference length, the CTC queries come from the reference's forced alignment.
+        tokens [B, S], token_lengths [B] -> (tokens [B, S] long, pad past each length; lengths [B])."""
+        log_probs, extraction = self._log_posteriors(*self.forward(features, feat_mask, tokens, token_lengths))
+        return log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens

@@ -4,14 +4,19 @@ Floating-point tensors are averaged (summed in float64, divided, cast back to th
 checkpoint average to it exactly); integer and bool tensors are taken from the best checkpoint. The result has
 the best checkpoint's config, tokenizer, normaliser and input_dim, no optimizer or training state, and an
 ``averaged_from`` list; eval, infer, benchmark and serve read it like any other checkpoint.
+
+A Paraformer's CIF calibration (``predictor.alpha_scale``) is not a weight: the mean of the sources' scales fits
+none of them, so :func:`refit_calibration` fits it again for the averaged weights on the validation set.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 
 from paraformer_asr.errors import CheckpointError
+from paraformer_asr.training.calibration import calibrate_payload
 from paraformer_asr.training.checkpointing import BestCheckpoints, load_checkpoint
 
 # Checkpoints whose config differs outside these sections (or whose tokenizer, normaliser or input size
@@ -92,3 +97,12 @@ def average_checkpoints(paths: list[Path]) -> dict:
         sources.append({"file": str(path), "epoch": history[-1].get("epoch"), "val_cer": history[-1].get("val_cer")})
     return {"model": averaged, "config": best["config"], "tokenizer": best["tokenizer"],
             "normalizer": best.get("normalizer"), "input_dim": best["input_dim"], "averaged_from": sources}
+
+
+def refit_calibration(payload: dict, path: Path, batch_size: int = 64) -> float | None:
+    """Refit an averaged payload's CIF scale on its config's validation set (in place; ``path`` names it in
+    errors) -> the new scale, or None for a model without a CIF calibration."""
+    if "predictor.alpha_scale" not in payload["model"]:
+        return None
+    _, _, scale = calibrate_payload(payload, path, "val", None, batch_size, torch.device("cpu"))
+    return scale

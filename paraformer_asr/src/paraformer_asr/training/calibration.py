@@ -1,8 +1,10 @@
 """Refitting a trained Paraformer's CIF calibration (``predictor.alpha_scale``) on a set of utterances.
 
 Training refits it on the validation set at every validation (``train.calibrate_cif``); this module does the
-same for a finished checkpoint: one trained before the calibration existed, an averaged one (whose scale is
-the mean of its sources'), or one moving to recordings of a new kind (give a manifest of them).
+same for a finished checkpoint: one trained before the calibration existed, an averaged one
+(scripts/average_checkpoints.py refits it on validation data itself), or one moving to recordings of a new kind (give a
+manifest of them). The test set is refused unless asked for: scores on the calibration set are in-sample.
+The payload records the set it was fitted on (``calibrated_on``); eval.py warns when it scores that same set.
 """
 
 from __future__ import annotations
@@ -11,28 +13,61 @@ from pathlib import Path
 
 import torch
 
-from paraformer_asr.errors import CheckpointError
+from paraformer_asr.config import Config
+from paraformer_asr.errors import CheckpointError, ConfigError
 from paraformer_asr.inference import (evaluation_loader, evaluation_manifest, model_from_checkpoint,
                                       resolve_eval_checkpoint)
 from paraformer_asr.training.checkpointing import load_checkpoint
 
 
 def calibrate_checkpoint(path: str | Path, split: str = "val", manifest: str | None = None,
-                         batch_size: int = 64, device: torch.device | None = None) -> tuple[dict, float, float]:
+                         batch_size: int = 64, device: torch.device | None = None,
+                         allow_test: bool = False) -> tuple[dict, float, float]:
     """-> (the checkpoint's payload with the refitted scale and a ``calibrated_on`` record, old scale, new scale).
 
-    The scale is fitted on the checkpoint's ``split`` (its config's manifest, or its toy split) or on ``manifest``."""
+    The scale is fitted on the checkpoint's ``split`` (its config's manifest, or its toy split) or on ``manifest``;
+    the test set is refused unless ``allow_test`` (see :func:`calibrate_payload`)."""
     device = device or torch.device("cpu")
     checkpoint = resolve_eval_checkpoint(path)
     payload = load_checkpoint(checkpoint)
+    return calibrate_payload(payload, checkpoint, split, manifest, batch_size, device, allow_test)
+
+
+def calibrate_payload(payload: dict, checkpoint: Path, split: str = "val", manifest: str | None = None,
+                      batch_size: int = 64, device: torch.device | None = None,
+                      allow_test: bool = False) -> tuple[dict, float, float]:
+    """:func:`calibrate_checkpoint` on an already loaded checkpoint ``payload`` (read from, or to be written to,
+    ``checkpoint``). ConfigError when the set is the test split or the config's test manifest and not
+    ``allow_test``: the test scores would then be in-sample for the scale."""
+    device = device or torch.device("cpu")
     loaded = model_from_checkpoint(payload, checkpoint, device)
     if not loaded.model.calibrates_cif:
-        raise CheckpointError(f"{checkpoint}: a {loaded.cfg.model.type} model has no CIF predictor to calibrate")
+        raise CheckpointError(f"{checkpoint}: a {loaded.cfg.model.type} model has no CIF predictor to calibrate "
+                              f"(model.type {loaded.cfg.model.type}, model.predictor {loaded.cfg.model.predictor})")
+    data = evaluation_manifest(loaded, split, manifest) or f"toy:{split}"
+    if not allow_test and same_set(data, test_set(loaded.cfg)):
+        raise ConfigError(f"refusing to calibrate on the test set ({data}): its scores would be in-sample for the "
+                          f"scale; fit on validation data (--split val) or pass --allow-test")
     loader = evaluation_loader(loaded, split, manifest, batch_size)
     old_scale = float(loaded.model.predictor.alpha_scale)
     new_scale = loaded.model.calibrate_alpha_scale(loader, device)
     payload["model"]["predictor.alpha_scale"] = loaded.model.predictor.alpha_scale.cpu()
-    payload["calibrated_on"] = {"source": str(checkpoint),
-                                "data": evaluation_manifest(loaded, split, manifest) or f"toy:{split}",
-                                "utterances": len(loader.dataset), "alpha_scale": new_scale}
+    payload["calibrated_on"] = {"source": str(checkpoint), "data": data, "utterances": len(loader.dataset),
+                                "alpha_scale": new_scale}
     return payload, old_scale, new_scale
+
+
+def test_set(cfg: Config) -> str | None:
+    """The label of a config's test set: its test manifest, 'toy:test', or None when it has none."""
+    if cfg.data.kind == "toy":
+        return "toy:test"
+    return cfg.data.test_manifest or None
+
+
+def same_set(first: str | None, second: str | None) -> bool:
+    """Whether two data-set labels (manifest paths or 'toy:<split>') name the same set."""
+    if first is None or second is None:
+        return False
+    if first.startswith("toy:") or second.startswith("toy:"):
+        return first == second
+    return Path(first).resolve() == Path(second).resolve()

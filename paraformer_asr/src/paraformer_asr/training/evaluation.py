@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
@@ -17,6 +21,7 @@ from paraformer_asr.decode.timestamps import FrameClock, frame_clock, word_times
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import LoadedModel, evaluation_loader, evaluation_manifest
 from paraformer_asr.metrics import score_transcripts, word_boundary_errors
+from paraformer_asr.training.calibration import same_set
 
 
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
@@ -39,6 +44,64 @@ def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device:
         scores["word_boundary_mae_ms"] = sum(errors) / len(errors) if errors else None
         scores["word_boundary_words"] = len(errors) // 2
     return scores, transcripts, hyp_texts
+
+
+def oracle_length_hypotheses(model: nn.Module, loader: DataLoader, device: torch.device,
+                             transcripts: list[Transcript]) -> list[list[int]]:
+    """Each transcript's hypothesis had its token count been right: kept when its count already is, otherwise
+    greedy decoding given the true count (``model.oracle_length_decode``, the Paraformer's). ``transcripts``
+    come from decoding ``loader`` (same order)."""
+    oracle: list[list[int]] = []
+    with torch.no_grad():
+        for batch in loader:
+            batch = batch.to(device)
+            tokens, lengths = model.oracle_length_decode(batch.features, batch.feat_mask, batch.tokens,
+                                                         batch.token_lengths)
+            oracle.extend(row[:n] for row, n in zip(tokens.cpu().tolist(), lengths.cpu().tolist()))
+    return [t.hyp_tokens if len(t.hyp_tokens) == len(t.ref_tokens) else fixed for t, fixed in zip(transcripts, oracle)]
+
+
+def count_diagnostics(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
+                      transcripts: list[Transcript], group_values: list[str] | None = None) -> dict:
+    """What separates counting from recognising: ``oracle_length_cer`` (the CER had every token count been right,
+    :func:`oracle_length_hypotheses`; models with ``oracle_length_decode`` only) and, with ``group_values`` (one
+    per transcript), ``groups``: the scores of every group of utterances (plus its oracle_length_cer)."""
+    refs = [t.ref_tokens for t in transcripts]
+    ref_texts = [t.ref_text for t in transcripts]
+    hyps = [t.hyp_tokens for t in transcripts]
+    oracle = oracle_length_hypotheses(model, loader, device, transcripts) if hasattr(model, "oracle_length_decode") \
+        else None
+
+    def scores_of(rows: list[int]) -> dict:
+        scores = score_transcripts([refs[i] for i in rows], [hyps[i] for i in rows], [ref_texts[i] for i in rows],
+                                   [tokenizer.decode(hyps[i]) for i in rows]).to_dict()
+        if oracle is not None:
+            scores["oracle_length_cer"] = score_transcripts(
+                [refs[i] for i in rows], [oracle[i] for i in rows], [ref_texts[i] for i in rows],
+                [tokenizer.decode(oracle[i]) for i in rows]).cer
+        return scores
+
+    everything = scores_of(list(range(len(transcripts))))
+    result = {"oracle_length_cer": everything["oracle_length_cer"]} if oracle is not None else {}
+    if group_values is not None:
+        rows_of: dict[str, list[int]] = {}
+        for row, value in enumerate(group_values):
+            rows_of.setdefault(value, []).append(row)
+        result["groups"] = {value: scores_of(rows) for value, rows in sorted(rows_of.items())}
+    return result
+
+
+def manifest_field(path: str, key: str) -> dict[str, str]:
+    """utterance id -> the value of field ``key`` of its line in the JSON Lines manifest ``path`` (as text).
+    ConfigError naming the line when one has no such field."""
+    values = {}
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for entry in read_manifest(path):
+        record = json.loads(lines[entry.line_no - 1])
+        if key not in record:
+            raise ConfigError(f"--group-by {key}: {entry.where} has no field '{key}' (fields: {', '.join(record)})")
+        values[entry.id] = str(record[key])
+    return values
 
 
 def hypothesis_words(tokenizer: Tokenizer, transcript: Transcript) -> list[dict]:
@@ -98,9 +161,13 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
 
 def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, manifest: str | None,
                         options: LongFormOptions, decoding: DecodingOptions = DecodingOptions(),
-                        batch_size: int = 64, long_form: bool = False, progress=None) -> tuple[dict, list[dict]]:
+                        batch_size: int = 64, long_form: bool = False, progress=None,
+                        group_by: str | None = None) -> tuple[dict, list[dict]]:
     """What scripts/eval.py reports: the scores of ``loaded`` on its ``split`` or on ``manifest``, and one
     prediction dict per utterance ({"id", "ref", "hyp"}, plus timed "words" for a Paraformer).
+    Utterance-level evaluation adds :func:`count_diagnostics` (``oracle_length_cer``; ``groups`` by the manifest
+    field ``group_by``). When the set is the one the CIF's scale was calibrated on, the scores gain
+    ``calibration_in_sample: true`` and a warning goes to stderr.
 
     A manifest with a recording longer than ``options.chunk_seconds`` (or ``long_form``) is decoded recording by
     recording, window by window (:func:`evaluate_long_form`, ``progress`` as there); otherwise in batches.
@@ -114,7 +181,11 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         if not long_form and all(recording_seconds(e) <= options.chunk_seconds for e in entries):
             entries = None  # every recording fits in one window: the batched path
     search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight
+    if group_by is not None and manifest_path is None:
+        raise ConfigError(f"--group-by {group_by} needs a manifest (toy data has no fields to group by)")
     if entries is not None:
+        if group_by is not None:
+            raise ConfigError(f"--group-by {group_by} works on utterance-level evaluation, not on long recordings")
         check_vocabulary([e.text for e in entries], loaded.tokenizer, manifest_path)
         scores, predictions = evaluate_long_form(loaded, entries, device, options, **search, progress=progress)
         scores["long_form"] = True
@@ -124,6 +195,11 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         with torch.no_grad():
             scores, transcripts, hyps = evaluate(loaded.model, loader, loaded.tokenizer, device, **search,
                                                  clock=clock)
+        groups = None
+        if group_by is not None:
+            field = manifest_field(manifest_path, group_by)
+            groups = [field[t.id] for t in transcripts]
+        scores.update(count_diagnostics(loaded.model, loader, loaded.tokenizer, device, transcripts, groups))
         predictions = []
         for transcript, hyp in zip(transcripts, hyps):
             line = {"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}
@@ -133,4 +209,9 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
     result = {**scores, "decode": decoding.method, "beam_size": decoding.effective_beam_size,
               "lm_order": decoding.lm_order, "lm_weight": search["lm_weight"],
               "checkpoint": str(loaded.path), "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
+    if loaded.model.calibrates_cif and same_set(manifest_path or f"toy:{split}", loaded.calibrated_on):
+        result["calibration_in_sample"] = True
+        print(f"warning: {result['dataset']} is the set the CIF scale (alpha_scale) was calibrated on: these "
+              f"figures are in-sample for the calibration; evaluate the test split for held-out figures",
+              file=sys.stderr)
     return result, predictions

@@ -195,7 +195,15 @@ class Trainer:
             "step_log": self.step_log,
             "best_cer": self.best_cer,
             "best_checkpoints": self.kept_best.entries,
+            "calibrated_on": self._calibrated_on(),
         }
+
+    def _calibrated_on(self) -> dict | None:
+        """The record eval.py checks (training/calibration.py): the validation set when the loop refits the CIF."""
+        if not (self.cfg.train.calibrate_cif and self.model.calibrates_cif):
+            return None
+        data = self.cfg.data.val_manifest if self.cfg.data.kind == "manifest" else "toy:val"
+        return {"source": "train.calibrate_cif", "data": data, "alpha_scale": float(self.model.predictor.alpha_scale)}
 
     def save(self, name: str) -> None:
         """Write ``checkpoints/<name>`` (only the main process writes)."""
@@ -418,11 +426,11 @@ class Trainer:
         batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
         self.model.eval()
         clock = frame_clock(self.cfg)
-        tokens, lengths, cif = self.model.decode_with_cif(batch.features, batch.feat_mask)
+        tokens, lengths, cif = self.model.decode_aligned(batch.features, batch.feat_mask)
         times = decoded_token_times(self.model, cif, batch.feat_lengths, batch.durations, clock)
         pieces = [self.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
         encoder_frames = self.model.encoder.output_lengths(batch.feat_lengths)
-        data = alignment_plot_data(batch, cif.integrated_alphas, encoder_frames, times, pieces, clock, count)
+        data = alignment_plot_data(batch, cif.frame_weights, encoder_frames, times, pieces, clock, count)
         titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(tokens[i, :lengths[i]])}'"
                   for i in range(count)]
         plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")

@@ -1,0 +1,170 @@
+"""Token extraction from CTC (Paraformer-v2, arXiv 2409.17746): the decoder's queries read off a CTC path.
+
+Instead of the CIF's integrate-and-fire, every output token owns the encoder frames a CTC path assigns to it:
+
+* inference: the greedy CTC path (argmax per frame); consecutive frames with the same non-blank label merge into
+  one token, blank frames belong to no token;
+* training: the Viterbi forced alignment of the reference under the same CTC posteriors, so the number of
+  queries equals the target length and query k belongs to reference token k.
+
+Token k's query is the mean of the encoder states of its frames; its span [first frame, last frame + 1) gives
+its time (decode/timestamps.py). The alignment is a max-product DP over time, batched over utterances and
+states; the frame merge and the means are cumsum / scatter operations (no loop over frames or tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from paraformer_asr.checks import assert_shape, check_padding_mask, lengths_to_mask
+
+NO_TOKEN = -1  # token index of a blank or padding frame
+
+
+@dataclass
+class CtcExtraction:
+    """embeddings [B, N, D] (mean encoder state of each token's frames, 0 on padding); token_mask [B, N] bool;
+    num_tokens [B] long; frame_starts / frame_ends [B, N] long: each token's frames [start, end) (0 on padding);
+    frame_weights [B, T] the CTC posterior of not-blank per frame (0 on padding; what the alignment plot draws);
+    frame_tokens [B, T] long: the token each frame belongs to (-1 for blank and padding frames)."""
+
+    embeddings: torch.Tensor
+    token_mask: torch.Tensor
+    num_tokens: torch.Tensor
+    frame_starts: torch.Tensor
+    frame_ends: torch.Tensor
+    frame_weights: torch.Tensor
+    frame_tokens: torch.Tensor
+
+
+def greedy_frame_tokens(log_probs: torch.Tensor, mask: torch.Tensor, blank_id: int) -> torch.Tensor:
+    """The greedy CTC path, merged: log_probs [B, T, V], mask [B, T] bool -> frame_tokens [B, T] long, the index
+    of the output token each frame belongs to (-1 for blank and padding frames). A token starts at every
+    non-blank frame whose label differs from the previous frame's; repeats merge, and a blank between two
+    equal labels makes two tokens."""
+    best = log_probs.argmax(dim=-1).masked_fill(~mask, blank_id)  # [B, T]
+    previous = torch.cat([torch.full_like(best[:, :1], blank_id), best[:, :-1]], dim=1)  # [B, T]
+    voiced = best != blank_id
+    starts = voiced & (best != previous)  # [B, T] first frame of each token
+    index = starts.long().cumsum(dim=1) - 1  # [B, T] token index of every frame from its start on
+    return torch.where(voiced, index, torch.full_like(index, NO_TOKEN))
+
+
+def forced_alignment(log_probs: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor, target_lengths: torch.Tensor,
+                     blank_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Viterbi alignment of each reference under CTC posteriors.
+
+    log_probs [B, T, V], mask [B, T] bool, targets [B, S] long, target_lengths [B] -> (frame_tokens [B, T] long:
+    the reference position k each frame emits, -1 for blank and padding frames; feasible [B] bool: whether the
+    reference fits in the frames). Infeasible rows (too few frames) get an even split of their frames instead,
+    so every row still has its target length of tokens. States are the usual blank-interleaved reference
+    (2S + 1 of them); the DP runs over time, batched over utterances and states.
+    """
+    dims = assert_shape(log_probs, "B,T,V", "alignment log_probs")
+    assert_shape(targets, "B,S", "alignment targets", dims)
+    batch, frames, _ = log_probs.shape
+    device = log_probs.device
+    states = 2 * targets.shape[1] + 1
+    extended = torch.full((batch, states), blank_id, dtype=torch.long, device=device)
+    extended[:, 1::2] = targets  # [B, L]: blank, y1, blank, y2, ..., blank
+    emissions = log_probs.detach().float().gather(2, extended.unsqueeze(1).expand(batch, frames, states))  # [B, T, L]
+    valid_states = torch.arange(states, device=device).unsqueeze(0) < (2 * target_lengths + 1).unsqueeze(1)  # [B, L]
+    skip = torch.zeros_like(valid_states)
+    skip[:, 2:] = (extended[:, 2:] != blank_id) & (extended[:, 2:] != extended[:, :-2])  # y_k -> y_{k+1} past a blank
+    minus_inf = torch.tensor(float("-inf"), device=device)
+
+    score = torch.full((batch, states), float("-inf"), device=device)
+    score[:, :2] = emissions[:, 0, :2]
+    score = torch.where(valid_states, score, minus_inf)
+    steps = torch.zeros(batch, frames, states, dtype=torch.long, device=device)  # back-pointer: 0, 1 or 2 states back
+    for t in range(1, frames):
+        stay = score
+        advance = torch.cat([score.new_full((batch, 1), float("-inf")), score[:, :-1]], dim=1)
+        jump = torch.cat([score.new_full((batch, 2), float("-inf")), score[:, :-2]], dim=1)
+        jump = torch.where(skip, jump, minus_inf)
+        best, step = torch.stack([stay, advance, jump], dim=-1).max(dim=-1)  # [B, L]
+        updated = torch.where(valid_states, best + emissions[:, t], minus_inf)
+        live = mask[:, t].unsqueeze(1)  # [B, 1]: padding frames keep the score and stay in place
+        score = torch.where(live, updated, score)
+        steps[:, t] = torch.where(live, step, torch.zeros_like(step))
+
+    last = 2 * target_lengths  # [B] final blank; the state before it is the last token
+    final_blank = score.gather(1, last.unsqueeze(1)).squeeze(1)
+    final_token = score.gather(1, (last - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    final_token = torch.where(target_lengths > 0, final_token, minus_inf)
+    state = torch.where(final_token > final_blank, last - 1, last)  # [B]
+    feasible = torch.maximum(final_blank, final_token) > float("-inf")
+    path = torch.empty(batch, frames, dtype=torch.long, device=device)
+    path[:, -1] = state
+    for t in range(frames - 1, 0, -1):
+        state = state - steps[:, t].gather(1, state.unsqueeze(1)).squeeze(1)
+        path[:, t - 1] = state
+    frame_tokens = torch.where((path % 2 == 1) & mask, (path - 1) // 2, torch.full_like(path, NO_TOKEN))
+    return torch.where(feasible.unsqueeze(1), frame_tokens, even_split(mask, target_lengths)), feasible
+
+
+def even_split(mask: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor:
+    """mask [B, T], target_lengths [B] -> frame_tokens [B, T]: frame t of T_b goes to token floor(t * S_b / T_b)
+    (-1 on padding and for S_b = 0)."""
+    frame_lengths = mask.sum(dim=1, keepdim=True).clamp(min=1)  # [B, 1]
+    position = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0)  # [1, T]
+    tokens = torch.div(position * target_lengths.unsqueeze(1), frame_lengths, rounding_mode="floor")
+    return torch.where(mask & (target_lengths.unsqueeze(1) > 0), tokens, torch.full_like(tokens, NO_TOKEN))
+
+
+def pool_frames(hidden: torch.Tensor, frame_tokens: torch.Tensor,
+                num_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mean encoder state of each token's frames.
+
+    hidden [B, T, D], frame_tokens [B, T] long (-1: no token), num_tokens [B] -> (embeddings [B, N, D], frame_starts
+    [B, N] long, frame_ends [B, N] long (exclusive)); N = max num_tokens; a token without frames gets zeros and
+    the span [0, 0).
+    """
+    batch, frames, dim = hidden.shape
+    width = int(num_tokens.max()) if batch > 0 else 0
+    slot = torch.where(frame_tokens >= 0, frame_tokens.clamp(max=width), torch.full_like(frame_tokens, width))
+    rows = (slot + torch.arange(batch, device=hidden.device).unsqueeze(1) * (width + 1)).reshape(-1)  # [B*T]
+    sums = hidden.new_zeros(batch * (width + 1), dim).index_add(0, rows, hidden.reshape(-1, dim))
+    counts = hidden.new_zeros(batch * (width + 1)).index_add(0, rows, hidden.new_ones(batch * frames))
+    embeddings = (sums / counts.clamp(min=1.0).unsqueeze(1)).view(batch, width + 1, dim)[:, :width]  # [B, N, D]
+    frame_index = torch.arange(frames, device=hidden.device).expand(batch, frames).reshape(-1)
+    first = torch.full((batch * (width + 1),), frames, dtype=torch.long, device=hidden.device)
+    first = first.scatter_reduce(0, rows, frame_index, "amin").view(batch, width + 1)[:, :width]
+    last = torch.full((batch * (width + 1),), -1, dtype=torch.long, device=hidden.device)
+    last = last.scatter_reduce(0, rows, frame_index, "amax").view(batch, width + 1)[:, :width]
+    has_frames = last >= 0
+    starts = torch.where(has_frames, first, torch.zeros_like(first))
+    ends = torch.where(has_frames, last + 1, torch.zeros_like(last))
+    return embeddings, starts, ends
+
+
+class CtcTokenExtractor(nn.Module):
+    """forward(hidden [B, T, D], mask [B, T] bool, log_probs [B, T, V] of the CTC head, targets [B, S] | None,
+    target_lengths [B] | None) -> CtcExtraction: forced alignment of the targets when given (training; N = S),
+    the merged greedy path otherwise. No parameters of its own: it reads the model's CTC head."""
+
+    def __init__(self, d_model: int, blank_id: int):
+        super().__init__()
+        self.d_model = d_model
+        self.blank_id = blank_id
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
+                targets: torch.Tensor | None = None, target_lengths: torch.Tensor | None = None) -> CtcExtraction:
+        dims = assert_shape(hidden, f"B,T,{self.d_model}", "ctc extractor input")
+        check_padding_mask(mask, "ctc extractor mask", (dims["B"], dims["T"]))
+        assert_shape(log_probs, "B,T,V", "ctc extractor log_probs", dims)
+        if targets is None:
+            frame_tokens = greedy_frame_tokens(log_probs, mask, self.blank_id)  # [B, T]
+            num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
+        else:
+            assert_shape(target_lengths, "B", "target_lengths", dims)
+            frame_tokens, _ = forced_alignment(log_probs, mask, targets, target_lengths, self.blank_id)
+            num_tokens = target_lengths.long()
+        embeddings, starts, ends = pool_frames(hidden, frame_tokens, num_tokens)
+        token_mask = lengths_to_mask(num_tokens, embeddings.shape[1])  # [B, N]
+        not_blank = (1.0 - log_probs.detach()[..., self.blank_id].exp()) * mask  # [B, T]
+        return CtcExtraction(embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens, frame_starts=starts,
+                             frame_ends=ends, frame_weights=not_blank, frame_tokens=frame_tokens)
