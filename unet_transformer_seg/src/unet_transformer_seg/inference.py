@@ -27,7 +27,9 @@ import torch
 
 from .checks import install_nonfinite_hooks
 from .config import Config, config_from_dict
-from .data.transforms import cover_size, normalize, resize_image, resize_logits
+from .data.image_io import display_image
+from .data.normalization import Normalization
+from .data.transforms import cover_size, resize_image, resize_logits
 from .errors import CheckpointError, ConfigError
 from .labels import class_colours, logits_to_labels
 from .models import build_model
@@ -114,6 +116,7 @@ class Segmenter:
         self.tile_batch = options.tile_batch or cfg.train.eval_batch_size
         self.alignment = 2**cfg.model.depth
         self.device = next(model.parameters()).device
+        self.normalization = Normalization.from_config(cfg.data)
 
     @property
     def resizes_input(self) -> bool:
@@ -151,9 +154,9 @@ class Segmenter:
             yield rows, resize_logits(logits, size)
 
     def segment(self, image: torch.Tensor) -> torch.Tensor:
-        """image [C, H0, W0] float in [0, 1] -> labels [H0, W0] int64 at the same size."""
+        """image [C, H0, W0] as read (not normalised) -> labels [H0, W0] int64 at the same size."""
         size = tuple(image.shape[-2:])
-        model_input = normalize(image, self.cfg.data.mean, self.cfg.data.std)
+        model_input = self.normalization(image)
         if self.resizes_input:
             model_input = resize_image(model_input, (self.window, self.window))
         (_, logits), = self.native_logits(model_input[None], size)
@@ -161,9 +164,8 @@ class Segmenter:
 
 
 def overlay(image: torch.Tensor, labels: torch.Tensor, num_classes: int, alpha: float = 0.5) -> np.ndarray:
-    """image [C, H, W] in [0, 1], labels [H, W] -> [H, W, 3] uint8: class colours blended over the image."""
-    rgb = image.expand(3, -1, -1) if image.shape[0] == 1 else image[:3]
-    base = rgb.permute(1, 2, 0).clamp(0, 1).numpy()
+    """image [C, H, W] (as read), labels [H, W] -> [H, W, 3] uint8: class colours blended over the image."""
+    base = display_image(image).permute(1, 2, 0).numpy()  # [H, W, 3] in [0, 1]
     colours = class_colours(num_classes)[labels.numpy()].astype(np.float32) / 255.0
     foreground = (labels.numpy() > 0)[..., None]
     blended = np.where(foreground, (1 - alpha) * base + alpha * colours, base)

@@ -27,7 +27,8 @@ from tqdm import tqdm
 from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from ..checks import install_nonfinite_hooks
 from ..config import Config, config_to_dict, save_config
-from ..data.datasets import build_split, class_pixel_counts
+from ..data.datasets import base_dataset, build_split, class_pixel_counts
+from ..data.normalization import COUNTED_MODES, count_statistics, describe
 from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
 from ..losses import build_loss
@@ -137,6 +138,7 @@ class Trainer:
         cfg = self.cfg
         apply_num_threads(cfg.run.num_threads)
         seed_everything(cfg.run.seed)
+        self.intensity_statistics = self._count_intensity_statistics()
         self.train_set = build_split(cfg, "train", train=True)
         self.val_set = evaluation_split(cfg, "val")
         world = self.dist.world_size
@@ -203,6 +205,22 @@ class Trainer:
             counted = (auto_class_weights(counts), counts.tolist())
         weights, self.class_pixel_counts = broadcast_object(counted, self.dist)
         return weights
+
+    def _count_intensity_statistics(self) -> Optional[Dict[str, List[float]]]:
+        """data.normalize dataset | percentile in a new run: the training split's statistics, counted once (rank 0
+        reads the images, the others receive the result) and written into cfg.data, so config.yaml and checkpoints
+        hold them. A resumed run keeps those of its checkpoint's config."""
+        data = self.cfg.data
+        if data.normalize not in COUNTED_MODES or self.resume_state is not None:
+            return None
+        counted = None
+        if self.dist.is_main:
+            counted = count_statistics(base_dataset(self.cfg, "train"), data.normalize, self.cfg.run.seed,
+                                       self.cfg.train.num_workers, show_progress_bars())
+        statistics = broadcast_object(counted, self.dist)
+        for key, values in statistics.items():
+            setattr(data, key, values)
+        return statistics
 
     def _load_resume_state(self) -> None:
         state = self.resume_state
@@ -392,6 +410,9 @@ class Trainer:
                     f"{len(self.train_set)} train / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
                     f"epoch, {self.total_steps} steps, {self.dist.world_size} process(es)"
                 )
+            if self.intensity_statistics is not None:
+                self.logger.info(f"intensity statistics of the {len(self.train_set)} training images "
+                                 f"({cfg.data.normalize}): {describe(self.intensity_statistics)}")
             if self.class_weights is not None:
                 source = "given" if self.class_pixel_counts is None else (
                     f"auto: 1/sqrt(pixel frequency) over {len(self.train_set)} training masks, pixel counts "
