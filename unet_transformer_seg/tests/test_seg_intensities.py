@@ -1,6 +1,7 @@
 """Intensities and channels: every file format keeps its values, any channel count, and the four normalisations
 (fixed, dataset statistics counted like numpy, per-image z-score, percentile clipping)."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,13 +10,15 @@ import tifffile
 import torch
 from PIL import Image
 
+from unet_transformer_seg.checkpointing import load_checkpoint, save_checkpoint
 from unet_transformer_seg.config import load_config
 from unet_transformer_seg.data.datasets import FolderDataset
-from unet_transformer_seg.data.image_io import image_size, read_image
+from unet_transformer_seg.data.image_io import image_size, read_image, read_mask
 from unet_transformer_seg.data.normalization import Normalization, count_statistics
 from unet_transformer_seg.data.png16 import unfilter
 from unet_transformer_seg.errors import ConfigError, DataError
 
+from seg_helpers import run_script, tiny_cli_args
 from seg_reference import png_filter_reference, write_png16_reference
 
 
@@ -145,3 +148,31 @@ def test_bad_intensity_settings_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as info:
         load_config(None, overrides)
     assert message in str(info.value)
+
+
+@pytest.mark.slow
+def test_dataset_statistics_reach_the_checkpoint_and_a_cuda_checkpoint_evaluates_on_cpu(tmp_path: Path):
+    root, pixels = _float_folder(tmp_path / "d")
+    trained = run_script("train.py", "--config", "configs/quick.yaml",
+                         *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}", "data.in_channels=2",
+                                        "data.num_classes=2", "data.normalize=dataset", "train.batch_size=2",
+                                        "train.epochs=1", "train.num_plot_images=1"))
+    assert trained.returncode == 0, trained.stderr
+    run_dir = Path(trained.stdout.strip().splitlines()[-1])
+    checkpoint = run_dir / "checkpoints" / "best.pt"
+    state = load_checkpoint(checkpoint)
+    assert np.allclose(state["config"]["data"]["mean"], pixels.mean(axis=0), rtol=1e-12)
+    assert np.allclose(state["config"]["data"]["std"], pixels.std(axis=0), rtol=1e-9)
+    assert "intensity statistics of the 3 training images (dataset): mean [" in (run_dir / "train.log").read_text()
+    state["config"]["run"]["device"] = "cuda"  # as if trained on a GPU
+    save_checkpoint({key: value for key, value in state.items() if key != "format"}, tmp_path / "gpu.pt")
+    moved = run_script("eval.py", "--checkpoint", str(tmp_path / "gpu.pt"), "--device", "cpu")
+    assert moved.returncode == 0, moved.stderr
+    metrics = json.loads(moved.stdout)
+    assert metrics["inference"]["device"] == "cpu"
+    assert metrics["mean_dice"] == pytest.approx(state["history"][-1]["val_mean_dice"], abs=1e-6)
+    image = root / "val" / "images" / "s2.npy"
+    predicted = run_script("predict.py", "--checkpoint", str(tmp_path / "gpu.pt"), str(image), "--out-dir",
+                           str(tmp_path / "p"), "--device", "cpu")
+    assert predicted.returncode == 0, predicted.stderr
+    assert read_mask(tmp_path / "p" / "s2_mask.png", 2).shape == (32, 16)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from unet_transformer_seg.config import load_config
+from unet_transformer_seg.errors import ConfigError
 from unet_transformer_seg.inference import InferenceOptions, Segmenter, flip_tta_logits
 from unet_transformer_seg.labels import logits_to_labels
 from unet_transformer_seg.models import UNet, build_model
@@ -110,21 +111,35 @@ def test_tiles_match_the_whole_image_away_from_window_borders():
     assert not torch.allclose(tiled[0][:, ~safe], whole[0][:, ~safe], atol=1e-5)  # the borders do differ
 
 
-def test_flip_tta_averages_probabilities():
+def _mirror_views(model, images, as_probabilities):
+    """The four mirror images, one forward pass each, mapped back: identity, h-flip, v-flip, both."""
+    return [as_probabilities(model(images)), as_probabilities(model(images.flip(-1))).flip(-1),
+            as_probabilities(model(images.flip(-2))).flip(-2),
+            as_probabilities(model(images.flip(-2).flip(-1))).flip(-1).flip(-2)]
+
+
+def test_flip_tta_averages_probabilities_over_all_four_mirrors():
     torch.manual_seed(0)
     model = UNet(3, 3, base_channels=4, depth=2).eval()
     images = torch.randn(2, 3, 16, 24)
     with torch.no_grad():
         logits = flip_tta_logits(model, images)
-        views = [model(images).softmax(1), model(images.flip(-1)).softmax(1).flip(-1),
-                 model(images.flip(-2)).softmax(1).flip(-2)]
-    assert torch.allclose(logits.softmax(1), sum(views) / 3, atol=1e-6)
+        views = _mirror_views(model, images, lambda x: x.softmax(1))
+    assert torch.allclose(logits.softmax(1), sum(views) / 4, atol=1e-6)
+    assert not torch.allclose(logits.softmax(1), sum(views[:3]) / 3, atol=1e-4)  # the double flip counts
     binary = UNet(3, 1, base_channels=4, depth=2).eval()
     with torch.no_grad():
         logits = flip_tta_logits(binary, images)
-        views = [binary(images).sigmoid(), binary(images.flip(-1)).sigmoid().flip(-1),
-                 binary(images.flip(-2)).sigmoid().flip(-2)]
-    assert torch.allclose(logits.sigmoid(), sum(views) / 3, atol=1e-6)
+        views = _mirror_views(binary, images, torch.sigmoid)
+    assert torch.allclose(logits.sigmoid(), sum(views) / 4, atol=1e-6)
+
+
+def test_tiles_on_a_resize_trained_model_are_refused():
+    cfg = load_config(None, ["data.image_size=16", "model.base_channels=4", "model.depth=2", "model.type=unet"])
+    with pytest.raises(ConfigError, match="trained with data.resize_mode: resize"):
+        Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True))
+    cfg.data.resize_mode = "pad"
+    assert Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True)).windowed
 
 
 @pytest.mark.parametrize("mode", ["resize", "pad", "random_crop"])
