@@ -116,6 +116,9 @@ class Config:
 _SECTION_CLASSES = {"run": RunConfig, "data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 
 
+_WORDS = {float: "a number", int: "an integer", str: "a string", bool: "true or false", type(None): "null"}
+
+
 def _type_name(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
 
@@ -125,15 +128,18 @@ def _coerce(key: str, value: Any, annotation) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Union:
-        if value is None:
+        if value is None and type(None) in args:
             return None
         alternatives = [a for a in args if a is not type(None)]
-        for alternative in alternatives[:-1]:
+        if isinstance(value, (list, tuple)) and List[float] in alternatives:  # item errors name the item
+            return _coerce(key, value, List[float])
+        for alternative in alternatives:
             try:
                 return _coerce(key, value, alternative)
             except ConfigError:
                 pass
-        return _coerce(key, value, alternatives[-1])
+        names = " or ".join(_WORDS.get(a, "a list") for a in args)
+        raise ConfigError(f"config key '{key}' must be {names}, got {type(value).__name__} {value!r}")
     if origin in (list, List):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
