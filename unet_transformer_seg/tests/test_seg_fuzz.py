@@ -197,7 +197,7 @@ def test_generated_images_read_exactly_or_fail_naming_the_file_many(tmp_path, ca
 
 MASK_KINDS = [("L", "PNG"), ("L", "TIFF"), ("L", "BMP"), ("P", "PNG"), ("P", "TIFF"), ("I;16", "PNG"),
               ("I;16", "TIFF"), ("1", "PNG"), ("1", "TIFF"), ("RGB", "PNG"), ("RGBA", "PNG"), ("LA", "PNG"),
-              ("I", "TIFF"), ("F", "TIFF")]
+              ("I", "TIFF"), ("F", "TIFF"), ("png16", "PNG")]
 
 
 def write_mask_case(kind, rng, height, width, high: int, path: Path) -> np.ndarray:
@@ -217,6 +217,11 @@ def write_mask_case(kind, rng, height, width, high: int, path: Path) -> np.ndarr
         Image.fromarray(np.stack(planes, axis=-1), mode=mode).save(path, format=file_format)
         if coloured and mode != "LA" and (255 - gray != gray).any():
             ids = None
+    elif mode == "png16":  # 16-bit gray + alpha: exact ids; 16-bit RGB: refused
+        gray_alpha = rng.random() < 0.5
+        samples = np.stack([ids, np.full_like(ids, 65535)] if gray_alpha else [ids, ids, ids], axis=-1)
+        write_png16_reference(path, samples.astype(np.uint16), 4 if gray_alpha else 2)
+        ids = ids if gray_alpha else None
     elif mode == "F":
         Image.fromarray(ids.astype(np.float32)).save(path, format=file_format)
         ids = None  # a float mask is refused

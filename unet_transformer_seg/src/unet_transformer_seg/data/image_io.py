@@ -245,6 +245,18 @@ def _mask_ids(image: Image.Image, path: Path, palette: Optional[Sequence[Sequenc
     )
 
 
+def sixteen_bit_mask(path: Path) -> Optional[np.ndarray]:
+    """The ids [H, W] of a 16-bit gray + alpha PNG mask (Pillow would keep their high byte only); None for any other
+    file. A 16-bit RGB / RGBA PNG mask is a DataError: colour masks are 8-bit colours with data.palette."""
+    colour_type = sixteen_bit_colour_type(path) if path.is_file() else None
+    if colour_type is None:
+        return None
+    if colour_type != 4:
+        raise DataError(f"mask {path} is a 16-bit colour PNG; masks are 8/16-bit gray, indexed colour, or 8-bit RGB "
+                        f"with data.palette")
+    return read_png16_colour(path)[..., 0].astype(np.int64)
+
+
 def read_mask(
     path: str | Path,
     num_classes: int,
@@ -256,7 +268,9 @@ def read_mask(
     Any other value outside 0..num_classes-1 is a DataError naming the file, the value and its first pixel.
     """
     path = Path(path)
-    ids = _mask_ids(open_image(path), path, palette)  # [H, W]
+    ids = sixteen_bit_mask(path)  # [H, W] or None
+    if ids is None:
+        ids = _mask_ids(open_image(path), path, palette)  # [H, W]
     ignored = ids == ignore_index if ignore_index is not None else np.zeros(ids.shape, dtype=bool)
     invalid = ((ids < 0) | (ids >= num_classes)) & ~ignored
     if invalid.any():
