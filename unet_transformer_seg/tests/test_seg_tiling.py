@@ -2,11 +2,16 @@
 against the whole image, flip TTA, and native-size prediction in batches and one at a time."""
 
 import copy
+import json
+import runpy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from unet_transformer_seg.config import load_config
+from unet_transformer_seg.checkpointing import save_checkpoint
+from unet_transformer_seg.config import config_to_dict, load_config
 from unet_transformer_seg.errors import ConfigError
 from unet_transformer_seg.inference import InferenceOptions, Segmenter, flip_tta_logits
 from unet_transformer_seg.labels import logits_to_labels
@@ -16,6 +21,7 @@ from unet_transformer_seg.tiling import (
     window_step,
 )
 
+from seg_helpers import SCRIPTS_DIR
 from seg_reference import blend_reference, windows_reference
 
 
@@ -170,3 +176,34 @@ def test_segment_keeps_each_image_size_in_every_mode():
             for size in ((7, 40), (16, 16), (33, 18)):
                 labels = segmenter.segment(torch.rand(3, *size))
                 assert labels.shape == size and labels.dtype == torch.int64
+
+
+def _run_tile_agreement(monkeypatch, capsys, *args: str):
+    """scripts/tile_agreement.py in this process (real argv and exit status): (status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["tile_agreement.py", *args])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(SCRIPTS_DIR / "tile_agreement.py"), run_name="__main__")
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def test_tile_agreement_script_reports_agreement_and_refuses_resize_models(tmp_path, monkeypatch, capsys):
+    def checkpoint(mode: str, norm: str) -> Path:
+        cfg = load_config(None, ["data.image_size=16", "model.base_channels=4", "model.depth=2", "model.type=unet",
+                                 f"model.norm={norm}", f"data.resize_mode={mode}", "data.max_shapes=1"])
+        torch.manual_seed(0)
+        path = tmp_path / f"{mode}_{norm}.pt"
+        save_checkpoint({"model": build_model(cfg).state_dict(), "config": config_to_dict(cfg)}, path)
+        return path
+
+    reports = {}
+    for norm in ("batch", "group"):
+        status, out, err = _run_tile_agreement(monkeypatch, capsys, "--checkpoint", str(checkpoint("pad", norm)),
+                                               "--size", "48", "--images", "2", "--device", "cpu")
+        assert status == 0, err
+        reports[norm] = json.loads(out)
+    assert reports["batch"]["label_agreement"] > 0.9  # exact away from window borders
+    assert reports["group"]["max_abs_logit_difference"] > 1e-4  # GroupNorm: windows see other statistics
+    assert 0.0 <= reports["group"]["label_agreement"] <= 1.0 and reports["group"]["images"] == 2
+    status, _, err = _run_tile_agreement(monkeypatch, capsys, "--checkpoint", str(checkpoint("resize", "batch")))
+    assert status == 2 and "data.resize_mode pad or random_crop" in err
