@@ -5,7 +5,8 @@ of SIZE x SIZE whose shapes keep the pixel size of training.
     python scripts/tile_agreement.py --checkpoint runs/RUN [--size 160] [--images 16] [--tile-overlap 0.25]
                                      [--device auto|cpu|cuda]
 
-Prints JSON: label_agreement (share of pixels with the same class), max_abs_logit_difference, and
+Prints JSON: label_agreement (share of pixels with the same class), foreground_agreement (the same share among the
+pixels that either way calls an object: the toy images are mostly background), max_abs_logit_difference, and
 pixel_accuracy_tiled / pixel_accuracy_whole against the true masks. docs/architecture.md says where the two agree
 exactly (plain U-Net with BatchNorm, away from window borders) and docs/results.md lists measured agreements.
 """
@@ -58,19 +59,23 @@ def main() -> int:
     images = ToyShapesDataset(args.images, data.image_size, cfg.run.seed, "test", data.in_channels, data.binary,
                               data.max_shapes, data.noise_std, sizes=[(args.size, args.size)],
                               shape_size=data.image_size)
-    totals = torch.zeros(4, dtype=torch.float64)  # [agreeing, tiled correct, whole correct, pixels]
+    totals = torch.zeros(6, dtype=torch.float64)  # [agreeing, tiled correct, whole correct, pixels,
+    #                                                 agreeing foreground, foreground either way]
     largest_difference = 0.0
     for image, truth in images:
         normalised = segmenter.normalization(image).to(segmenter.device)  # [C, S', S']
         (_, tiled), = segmenter.native_logits(normalised[None], tuple(image.shape[-2:]))  # [1, K, S', S']
         whole = whole_image_logits(model, normalised, segmenter.alignment)  # [K, S', S']
         tiled_labels, whole_labels = logits_to_labels(tiled)[0].cpu(), logits_to_labels(whole[None])[0].cpu()
-        totals += torch.tensor([(tiled_labels == whole_labels).sum(), (tiled_labels == truth).sum(),
-                                (whole_labels == truth).sum(), truth.numel()], dtype=torch.float64)
+        agreeing, foreground = tiled_labels == whole_labels, (tiled_labels > 0) | (whole_labels > 0)  # [S', S']
+        totals += torch.tensor([agreeing.sum(), (tiled_labels == truth).sum(), (whole_labels == truth).sum(),
+                                truth.numel(), (agreeing & foreground).sum(), foreground.sum()], dtype=torch.float64)
         largest_difference = max(largest_difference, float((tiled[0] - whole).abs().max()))
     report = {"model_type": cfg.model.type, "norm": cfg.model.norm, "window": data.image_size, "size": args.size,
               "images": args.images, "tile_overlap": args.tile_overlap,
-              "label_agreement": float(totals[0] / totals[3]), "max_abs_logit_difference": largest_difference,
+              "label_agreement": float(totals[0] / totals[3]),
+              "foreground_agreement": float(totals[4] / totals[5].clamp(min=1)),
+              "max_abs_logit_difference": largest_difference,
               "pixel_accuracy_tiled": float(totals[1] / totals[3]), "pixel_accuracy_whole": float(totals[2] / totals[3])}
     print(json.dumps(report, indent=2))
     return 0
