@@ -64,8 +64,10 @@ class FolderDataset(torch.utils.data.Dataset):
         lossy = {p.stem: p for p in mask_files if p.suffix.lower() not in MASK_SUFFIXES}
         for image_path in images:
             if image_path.stem in lossy and image_path.stem not in masks:
-                raise DataError(f"mask {lossy[image_path.stem]} is a JPEG: lossy compression changes class ids; "
-                                f"save masks as PNG, TIFF or BMP")
+                unusable = lossy[image_path.stem]
+                reason = ("is a JPEG: lossy compression changes class ids" if unusable.suffix.lower() != ".npy"
+                          else "is a .npy array: masks are image files")
+                raise DataError(f"mask {unusable} {reason}; save masks as PNG, TIFF or BMP")
             if image_path.stem not in masks:
                 raise DataError(f"image {image_path} has no mask {mask_dir / (image_path.stem + '.png')}")
         orphans = sorted(set(masks) - set(stems))
