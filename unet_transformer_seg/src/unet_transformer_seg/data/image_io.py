@@ -23,6 +23,7 @@ Mask formats (`read_mask`):
 | 1-bit PNG / TIFF / BMP | `1` | 0 or 1 |
 | 8-bit gray | `L` (`LA`: alpha dropped) | the gray value |
 | 16-bit gray | `I;16` (`I`) | the gray value, 0..65535 kept exactly |
+| 16-bit gray + alpha PNG | (read by `png16.py`) | the gray value, exactly; a 16-bit RGB / RGBA PNG mask is refused |
 | indexed colour (VOC, Cityscapes style) | `P` (`PA`) | the palette index, not its colour |
 | RGB / RGBA with `data.palette` | `RGB`, `RGBA` | k where palette[k] is the pixel's colour |
 | gray stored as RGB / RGBA, no palette | `RGB`, `RGBA` with r = g = b | the gray value |
