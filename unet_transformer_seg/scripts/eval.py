@@ -3,12 +3,13 @@
     python scripts/eval.py --checkpoint runs/RUN/checkpoints/best.pt [--split val|test] [--out metrics.json]
                            [--data-root ROOT] [--save-predictions DIR] [--per-image FILE.csv]
                            [--tiles] [--tile-overlap 0.25] [--tile-batch N] [--tta none|flip] [--batch-size N]
+                           [--device auto|cpu|cuda]
 
 Metrics are computed at each image's original size (see docs/results.md for the conventions): pooled mean_dice /
 mean_iou / pixel_accuracy / per_class_*, and per image mean_dice_per_image / mean_iou_per_image / hd95. Prints the
 metrics as JSON; --out also writes them to a file; --save-predictions writes STEM.png (indexed PNG: pixel = class
 id, palette = class colours) and STEM_overlay.png per image; --per-image writes one CSV row per image. The loss is
-train.loss without class weights.
+train.loss without class weights. --device picks where the model runs, whatever device it was trained on.
 """
 
 import argparse
@@ -45,9 +46,8 @@ def parse_args(argv=None):
 def main() -> int:
     args = parse_args()
     options = InferenceOptions.from_arguments(args)
-    model, cfg = load_trained_model(args.checkpoint)
-    device = resolve_device(cfg.run.device)
-    model.to(device)
+    device = resolve_device(options.device, "--device")
+    model, cfg = load_trained_model(args.checkpoint, device)
     if args.batch_size is not None:
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -61,7 +61,7 @@ def main() -> int:
                       keep_rows=bool(args.per_image))
     metrics = {key: result.scores[key] for key in METRIC_KEYS}
     metrics["inference"] = {"resize_mode": cfg.data.resize_mode, "windows": not dataset.transform.resize_for_eval,
-                            "tile_overlap": options.tile_overlap, "tta": options.tta}
+                            "tile_overlap": options.tile_overlap, "tta": options.tta, "device": str(device)}
     if args.per_image:
         write_per_image_csv(Path(args.per_image), result.rows, cfg.data.num_classes)
     if args.out:

@@ -2,10 +2,12 @@
 
     python scripts/predict.py --checkpoint runs/RUN/checkpoints/best.pt IMAGE [IMAGE ...] [--out-dir predictions]
                               [--tiles] [--tile-overlap 0.25] [--tile-batch N] [--tta none|flip]
+                              [--device auto|cpu|cuda]
 
 Images of any size are accepted and predicted at their own size, the way the model was trained (data.resize_mode:
 resized to the training size and back, or sliding windows). STEM_mask.png is an indexed PNG whose pixel values are
-the class ids and whose palette shows the classes in colour.
+the class ids and whose palette shows the classes in colour. --device picks where the model runs, whatever device it
+was trained on.
 """
 
 import argparse
@@ -29,8 +31,8 @@ def parse_args(argv=None):
 def main() -> int:
     args = parse_args()
     options = InferenceOptions.from_arguments(args)
-    model, cfg = load_trained_model(args.checkpoint)
-    segmenter = Segmenter(model.to(resolve_device(cfg.run.device)), cfg, options)
+    model, cfg = load_trained_model(args.checkpoint, resolve_device(options.device, "--device"))
+    segmenter = Segmenter(model, cfg, options)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for image_path in map(Path, args.images):

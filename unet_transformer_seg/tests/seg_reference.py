@@ -93,3 +93,45 @@ def blend_reference(window_logits, tops, lefts, weights, height, width):
         total[:, top : top + window, left : left + window] += logits * weights
         weight_sum[top : top + window, left : left + window] += weights
     return total / weight_sum
+
+
+def png_filter_reference(raw: bytes, previous: bytes, kind: int, bytes_per_pixel: int) -> bytes:
+    """One PNG row filtered with filter `kind` (0 none, 1 sub, 2 up, 3 average, 4 Paeth), byte by byte, as the PNG
+    specification writes it (the encoder side of the decoder in data/png16.py)."""
+    out = bytearray()
+    for i, value in enumerate(raw):
+        left = raw[i - bytes_per_pixel] if i >= bytes_per_pixel else 0
+        up = previous[i]
+        corner = previous[i - bytes_per_pixel] if i >= bytes_per_pixel else 0
+        if kind == 4:
+            estimate = left + up - corner
+            distances = (abs(estimate - left), abs(estimate - up), abs(estimate - corner))
+            predictor = (left, up, corner)[distances.index(min(distances))]
+        else:
+            predictor = (0, left, up, (left + up) // 2)[kind]
+        out.append((value - predictor) % 256)
+    return bytes(out)
+
+
+def write_png16_reference(path, pixels, colour_type: int) -> None:
+    """pixels [H, W, S] uint16 -> a 16-bit PNG (colour type 2 RGB, 4 gray + alpha, 6 RGBA) whose row r uses filter
+    r % 5, so every filter is exercised."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    height, width, samples = pixels.shape
+    rows = pixels.astype(">u2").reshape(height, width * samples).view(np.uint8)  # [H, W * S * 2] big-endian
+    previous, body = bytes(rows.shape[1]), bytearray()
+    for index in range(height):
+        raw = rows[index].tobytes()
+        body += bytes([index % 5]) + png_filter_reference(raw, previous, index % 5, samples * 2)
+        previous = raw
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 16, colour_type, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(body)))
+                     + chunk(b"IEND", b""))

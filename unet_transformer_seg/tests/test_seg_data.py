@@ -103,11 +103,14 @@ def test_resize_mask_is_nearest_and_aligned_with_image_blocks():
 
 def test_segmentation_transform_normalises_and_eval_is_deterministic():
     image, mask = _coded_pair(16, 16)
-    transform = SegmentationTransform(8, mean=0.5, std=0.25, train=False)
+    def normalization(x):
+        return (x - 0.5) / 0.25
+
+    transform = SegmentationTransform(8, normalization, train=False)
     out_image, out_mask = transform(image, mask, None)
     assert out_image.shape == (3, 8, 8) and torch.equal(out_mask, mask)  # the mask stays at its own size
     assert torch.allclose(out_image, (resize_image(image, (8, 8)) - 0.5) / 0.25, atol=1e-6)
-    native = SegmentationTransform(8, mean=0.5, std=0.25, train=False, resize_mode="pad", resize_for_eval=False)
+    native = SegmentationTransform(8, normalization, train=False, resize_mode="pad", resize_for_eval=False)
     out_image, out_mask = native(image, mask, None)
     assert torch.allclose(out_image, (image - 0.5) / 0.25) and torch.equal(out_mask, mask)
 
@@ -135,11 +138,14 @@ def test_png_writer_round_trips_through_the_reader(tmp_path: Path):
 
 def test_channel_conversion():
     rgba = torch.rand(4, 5, 5)
-    assert torch.equal(convert_channels(rgba, 3), rgba[:3])
-    gray = convert_channels(rgba, 1)
+    assert torch.equal(convert_channels(rgba, 3, has_alpha=True), rgba[:3])
+    assert torch.equal(convert_channels(rgba, 4, has_alpha=True), rgba)  # alpha kept when the model takes it
+    gray = convert_channels(rgba, 1, has_alpha=True)
     expected = 0.299 * rgba[0] + 0.587 * rgba[1] + 0.114 * rgba[2]
     assert gray.shape == (1, 5, 5) and torch.allclose(gray[0], expected)
     assert torch.equal(convert_channels(gray, 3), gray.expand(3, -1, -1))
+    with pytest.raises(DataError, match="x.npy has 4 channels, but data.in_channels = 3"):
+        convert_channels(rgba, 3, path="x.npy")  # four channels that are not RGBA: never dropped silently
 
 
 def _write_folder(root: Path, split="train", count=3, size=(8, 8), mask_values=(0, 1)):

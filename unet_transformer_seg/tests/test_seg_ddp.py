@@ -1,6 +1,9 @@
 """Several processes: two processes with torchrun (gloo on CPU) train like one process with the same global batch;
-on a GPU machine the collectives run through a "cpu:gloo,cuda:nccl" group (skipped without CUDA)."""
+with BatchNorm the validation logged equals eval.py on best.pt; per-rank RNG states; resuming with another number of
+processes is refused; on a GPU machine the collectives run through a "cpu:gloo,cuda:nccl" group (skipped without
+CUDA)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,8 +13,10 @@ import pytest
 import torch
 
 from unet_transformer_seg.checkpointing import load_checkpoint
+from unet_transformer_seg.errors import CheckpointError
+from unet_transformer_seg.training.loop import train
 
-from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, tiny_cli_args
+from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args, tiny_config
 
 SHARED = ("model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6", "train.grad_clip=null")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -50,6 +55,29 @@ def test_two_process_ddp_matches_single_process(tmp_path):
     single_weights, _ = _weights(Path(single_stdout.strip().splitlines()[-1]))
     for name in single_weights:
         assert torch.allclose(ddp_weights[name], single_weights[name], atol=1e-4), name
+
+
+@pytest.mark.slow
+def test_two_process_batchnorm_validation_equals_eval_of_the_best_checkpoint(tmp_path):
+    ddp = _torchrun(tmp_path, 2, "model.norm=batch", "train.loss=ce", "train.epochs=2", "train.batch_size=4",
+                    "train.num_plot_images=0")  # cross-entropy: a validation loss that batching cannot change
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    best = next((tmp_path / "runs").iterdir()) / "checkpoints" / "best.pt"
+    state = load_checkpoint(best)
+    assert state["world_size"] == 2 and len(state["rng"]) == 2
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank draws its own numbers
+    result = run_script("eval.py", "--checkpoint", str(best), "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    best_row = next(row for row in state["history"] if row["val_mean_dice"] == state["best_score"])
+    metrics = json.loads(result.stdout)
+    assert metrics["mean_dice"] == pytest.approx(best_row["val_mean_dice"], abs=1e-6)
+    assert metrics["loss"] == pytest.approx(best_row["val_loss"], rel=1e-6)  # continuous: any other model shows
+
+
+def test_resuming_with_another_number_of_processes_is_refused(tmp_path):
+    with pytest.raises(CheckpointError, match=r"saved by 2 process\(es\) and this run has 1; resume with the same"):
+        train(tiny_config(tmp_path), {"world_size": 2}, tmp_path / "last.pt")
+    assert not (tmp_path / "runs").exists()
 
 
 @needs_cuda

@@ -2,11 +2,17 @@
 against the whole image, flip TTA, and native-size prediction in batches and one at a time."""
 
 import copy
+import json
+import runpy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from unet_transformer_seg.config import load_config
+from unet_transformer_seg.checkpointing import save_checkpoint
+from unet_transformer_seg.config import config_to_dict, load_config
+from unet_transformer_seg.errors import ConfigError
 from unet_transformer_seg.inference import InferenceOptions, Segmenter, flip_tta_logits
 from unet_transformer_seg.labels import logits_to_labels
 from unet_transformer_seg.models import UNet, build_model
@@ -15,6 +21,7 @@ from unet_transformer_seg.tiling import (
     window_step,
 )
 
+from seg_helpers import SCRIPTS_DIR
 from seg_reference import blend_reference, windows_reference
 
 
@@ -110,21 +117,35 @@ def test_tiles_match_the_whole_image_away_from_window_borders():
     assert not torch.allclose(tiled[0][:, ~safe], whole[0][:, ~safe], atol=1e-5)  # the borders do differ
 
 
-def test_flip_tta_averages_probabilities():
+def _mirror_views(model, images, as_probabilities):
+    """The four mirror images, one forward pass each, mapped back: identity, h-flip, v-flip, both."""
+    return [as_probabilities(model(images)), as_probabilities(model(images.flip(-1))).flip(-1),
+            as_probabilities(model(images.flip(-2))).flip(-2),
+            as_probabilities(model(images.flip(-2).flip(-1))).flip(-1).flip(-2)]
+
+
+def test_flip_tta_averages_probabilities_over_all_four_mirrors():
     torch.manual_seed(0)
     model = UNet(3, 3, base_channels=4, depth=2).eval()
     images = torch.randn(2, 3, 16, 24)
     with torch.no_grad():
         logits = flip_tta_logits(model, images)
-        views = [model(images).softmax(1), model(images.flip(-1)).softmax(1).flip(-1),
-                 model(images.flip(-2)).softmax(1).flip(-2)]
-    assert torch.allclose(logits.softmax(1), sum(views) / 3, atol=1e-6)
+        views = _mirror_views(model, images, lambda x: x.softmax(1))
+    assert torch.allclose(logits.softmax(1), sum(views) / 4, atol=1e-6)
+    assert not torch.allclose(logits.softmax(1), sum(views[:3]) / 3, atol=1e-4)  # the double flip counts
     binary = UNet(3, 1, base_channels=4, depth=2).eval()
     with torch.no_grad():
         logits = flip_tta_logits(binary, images)
-        views = [binary(images).sigmoid(), binary(images.flip(-1)).sigmoid().flip(-1),
-                 binary(images.flip(-2)).sigmoid().flip(-2)]
-    assert torch.allclose(logits.sigmoid(), sum(views) / 3, atol=1e-6)
+        views = _mirror_views(binary, images, torch.sigmoid)
+    assert torch.allclose(logits.sigmoid(), sum(views) / 4, atol=1e-6)
+
+
+def test_tiles_on_a_resize_trained_model_are_refused():
+    cfg = load_config(None, ["data.image_size=16", "model.base_channels=4", "model.depth=2", "model.type=unet"])
+    with pytest.raises(ConfigError, match="trained with data.resize_mode: resize"):
+        Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True))
+    cfg.data.resize_mode = "pad"
+    assert Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True)).windowed
 
 
 @pytest.mark.parametrize("mode", ["resize", "pad", "random_crop"])
@@ -155,3 +176,34 @@ def test_segment_keeps_each_image_size_in_every_mode():
             for size in ((7, 40), (16, 16), (33, 18)):
                 labels = segmenter.segment(torch.rand(3, *size))
                 assert labels.shape == size and labels.dtype == torch.int64
+
+
+def _run_tile_agreement(monkeypatch, capsys, *args: str):
+    """scripts/tile_agreement.py in this process (real argv and exit status): (status, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["tile_agreement.py", *args])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_path(str(SCRIPTS_DIR / "tile_agreement.py"), run_name="__main__")
+    captured = capsys.readouterr()
+    return info.value.code, captured.out, captured.err
+
+
+def test_tile_agreement_script_reports_agreement_and_refuses_resize_models(tmp_path, monkeypatch, capsys):
+    def checkpoint(mode: str, norm: str) -> Path:
+        cfg = load_config(None, ["data.image_size=16", "model.base_channels=4", "model.depth=2", "model.type=unet",
+                                 f"model.norm={norm}", f"data.resize_mode={mode}", "data.max_shapes=1"])
+        torch.manual_seed(0)
+        path = tmp_path / f"{mode}_{norm}.pt"
+        save_checkpoint({"model": build_model(cfg).state_dict(), "config": config_to_dict(cfg)}, path)
+        return path
+
+    reports = {}
+    for norm in ("batch", "group"):
+        status, out, err = _run_tile_agreement(monkeypatch, capsys, "--checkpoint", str(checkpoint("pad", norm)),
+                                               "--size", "48", "--images", "2", "--device", "cpu")
+        assert status == 0, err
+        reports[norm] = json.loads(out)
+    assert reports["batch"]["label_agreement"] > 0.9  # exact away from window borders
+    assert reports["group"]["max_abs_logit_difference"] > 1e-4  # GroupNorm: windows see other statistics
+    assert 0.0 <= reports["group"]["label_agreement"] <= 1.0 and reports["group"]["images"] == 2
+    status, _, err = _run_tile_agreement(monkeypatch, capsys, "--checkpoint", str(checkpoint("resize", "batch")))
+    assert status == 2 and "data.resize_mode pad or random_crop" in err

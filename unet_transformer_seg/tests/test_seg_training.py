@@ -76,12 +76,14 @@ def test_cli_training_run_writes_every_promised_file(tmp_path):
 
     image_path = tmp_path / "photo.png"
     write_png(image_path, np.random.default_rng(0).integers(0, 256, (20, 28, 3)).astype(np.uint8))
-    for extra in ([], ["--tiles", "--tta", "flip", "--tile-overlap", "0.5", "--tile-batch", "3"]):
+    for extra in ([], ["--tta", "flip", "--tile-batch", "3", "--device", "cpu"]):
         result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir",
                             str(tmp_path / "p"), *extra)
         assert result.returncode == 0, result.stderr
         assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
         assert (tmp_path / "p" / "photo_overlay.png").is_file()
+    refused = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--tiles")
+    assert refused.returncode == 2 and "trained with data.resize_mode: resize" in refused.stderr, refused.stderr
 
 
 def _final_weights(tmp_path, *overrides):

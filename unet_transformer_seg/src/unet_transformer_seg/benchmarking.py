@@ -100,10 +100,11 @@ def measure_evaluation(config_path, overrides: Sequence[str], tiled: bool, image
     """Evaluation images/s and memory of one variant on random image_size x image_size images: labels at native
     size, tiled (sliding windows, overlap 0.25) or the whole image in one forward pass."""
     cfg, device = _setup(config_path, overrides)
+    cfg.data.resize_mode = "pad"  # windows at native size, as a model trained on windows is predicted
     model = build_model(cfg).to(device).eval()
     generator = torch.Generator().manual_seed(cfg.run.seed)
     images = torch.randn(num_images, cfg.data.in_channels, image_size, image_size, generator=generator)
-    segmenter = Segmenter(model, cfg, InferenceOptions(tiles=True, tile_batch=tile_batch))
+    segmenter = Segmenter(model, cfg, InferenceOptions(tile_batch=tile_batch))
 
     @torch.no_grad()
     def segment(image: torch.Tensor) -> torch.Tensor:

@@ -40,7 +40,7 @@ class DataConfig:
     kind: str = _field("toy", choices=("toy", "folder"))
     root: Optional[str] = _field(None)
     image_size: int = _field(64, min=8)
-    in_channels: int = _field(3, choices=(1, 3))
+    in_channels: int = _field(3, min=1)
     num_classes: int = _field(4, min=2)
     # toy set only
     train_size: int = _field(2000, min=1)
@@ -58,8 +58,13 @@ class DataConfig:
     hflip: bool = _field(True)
     vflip: bool = _field(True)
     rot90: bool = _field(True)
-    mean: float = _field(0.5)
-    std: float = _field(0.25, gt=0.0)
+    # intensities (data/normalization.py): fixed | dataset | per_image | percentile; mean / std: one number or one
+    # per channel (fixed), written by training in dataset / percentile mode, as clip_low / clip_high (percentile)
+    normalize: str = _field("fixed", choices=("fixed", "dataset", "per_image", "percentile"))
+    mean: Union[float, List[float]] = _field(0.5)
+    std: Union[float, List[float]] = _field(0.25, gt=0.0)
+    clip_low: Optional[List[float]] = _field(None)
+    clip_high: Optional[List[float]] = _field(None)
 
 
 @dataclass
@@ -111,6 +116,9 @@ class Config:
 _SECTION_CLASSES = {"run": RunConfig, "data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 
 
+_WORDS = {float: "a number", int: "an integer", str: "a string", bool: "true or false", type(None): "null"}
+
+
 def _type_name(annotation) -> str:
     return getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
 
@@ -120,15 +128,18 @@ def _coerce(key: str, value: Any, annotation) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Union:
-        if value is None:
+        if value is None and type(None) in args:
             return None
         alternatives = [a for a in args if a is not type(None)]
-        for alternative in alternatives[:-1]:
+        if isinstance(value, (list, tuple)) and List[float] in alternatives:  # item errors name the item
+            return _coerce(key, value, List[float])
+        for alternative in alternatives:
             try:
                 return _coerce(key, value, alternative)
             except ConfigError:
                 pass
-        return _coerce(key, value, alternatives[-1])
+        names = " or ".join(_WORDS.get(a, "a list") for a in args)
+        raise ConfigError(f"config key '{key}' must be {names}, got {type(value).__name__} {value!r}")
     if origin in (list, List):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config key '{key}' must be a list, got {type(value).__name__} {value!r}")
@@ -154,6 +165,10 @@ def _coerce(key: str, value: Any, annotation) -> Any:
 
 def _check_rules(key: str, value: Any, rules: Dict[str, Any]) -> None:
     if value is None:
+        return
+    if isinstance(value, list):  # a per-item rule (data.std: [0.2, 0.3])
+        for index, item in enumerate(value):
+            _check_rules(f"{key}[{index}]", item, rules)
         return
     if "choices" in rules and value not in rules["choices"]:
         allowed = ", ".join(str(c) for c in rules["choices"])
@@ -218,6 +233,7 @@ def _check_cross_fields(cfg: Config) -> None:
             f"{data.ignore_index}; VOC-style masks use 255"
         )
     _check_class_weights(train.class_weights, data.num_classes)
+    _check_intensities(data)
     if data.palette is not None:
         if len(data.palette) != data.num_classes:
             raise ConfigError(
@@ -229,6 +245,22 @@ def _check_cross_fields(cfg: Config) -> None:
                 raise ConfigError(f"config key 'data.palette[{class_id}]' must be [r, g, b] in 0..255, got {colour}")
         if len({tuple(c) for c in data.palette}) != len(data.palette):
             raise ConfigError("config key 'data.palette' lists the same colour twice")
+
+
+def _check_intensities(data: DataConfig) -> None:
+    """Per-channel lists as long as data.in_channels, clip_low < clip_high; the toy set draws 1 or 3 channels."""
+    if data.kind == "toy" and data.in_channels not in (1, 3):
+        raise ConfigError(f"config key 'data.in_channels' must be 1 or 3 for the toy set, got {data.in_channels}")
+    for name in ("mean", "std", "clip_low", "clip_high"):
+        value = getattr(data, name)
+        if isinstance(value, list) and len(value) != data.in_channels:
+            raise ConfigError(f"config key 'data.{name}' must be one number or one per channel "
+                              f"(data.in_channels = {data.in_channels}), got {len(value)} numbers")
+    if (data.clip_low is None) != (data.clip_high is None):
+        raise ConfigError("config keys 'data.clip_low' and 'data.clip_high' are set together (or both null)")
+    if data.clip_low is not None and not all(low < high for low, high in zip(data.clip_low, data.clip_high)):
+        raise ConfigError(f"config key 'data.clip_low' must be below data.clip_high channel by channel, got "
+                          f"{data.clip_low} and {data.clip_high}")
 
 
 def _check_class_weights(weights, num_classes: int) -> None:

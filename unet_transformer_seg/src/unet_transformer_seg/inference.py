@@ -4,16 +4,20 @@ Geometry follows `data.resize_mode` (the way the model was trained):
 - `resize`: the whole image is resized to S x S (S = data.image_size), the logits are resized back;
 - `pad` and `random_crop`: sliding windows of S x S over the image at its own size (`tiling.py`); `random_crop`
   first scales an image with a side shorter than S up until it covers a window, as in training, and scales the
-  logits back. `InferenceOptions(tiles=True)` uses windows in `resize` mode too.
+  logits back.
 
 Logits at native size are materialised one image at a time, except for a batch of images that each fit in one
 training-size window (then they are no larger than the model output the batch produced anyway).
 
-Test-time augmentation `tta="flip"`: the model sees the image, its horizontal flip and its vertical flip; the three
-softmax (or sigmoid) probability maps, flipped back, are averaged. Probabilities, not logits: they share a scale, so
-one over-confident view cannot outvote the others by logit magnitude, and their mean is again a probability (as in
-model ensembling). The mean is turned back into logits (log p, or log(p / (1 - p)) for one sigmoid channel), so that
-window blending, resizing, argmax and the loss treat it like any other logits.
+Test-time augmentation `tta="flip"` (nnU-Net's mirroring): the model sees the image and its three mirror images
+(horizontal flip, vertical flip, both); the four softmax (or sigmoid) probability maps, flipped back, are averaged.
+Probabilities, not logits: they share a scale, so one over-confident view cannot outvote the others by logit
+magnitude, and their mean is again a probability (as in model ensembling). The mean is turned back into logits
+(log p, or log(p / (1 - p)) for one sigmoid channel), so that window blending, resizing, argmax and the loss treat
+it like any other logits.
+
+`--tiles` with a model trained in `resize` mode is refused: that model only saw whole images squashed to S x S, and
+windows of S x S at native size would show it objects at a scale it never saw.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import torch
 
 from .checks import install_nonfinite_hooks
 from .config import Config, config_from_dict
-from .data.transforms import cover_size, normalize, resize_image, resize_logits
+from .data.image_io import display_image
+from .data.normalization import Normalization
+from .data.transforms import cover_size, resize_image, resize_logits
 from .errors import CheckpointError, ConfigError
 from .labels import class_colours, logits_to_labels
 from .models import build_model
@@ -35,29 +41,36 @@ from .tiling import sliding_window_logits
 from .checkpointing import load_checkpoint, resolve_checkpoint_path
 
 TTA_CHOICES = ("none", "flip")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
 class InferenceOptions:
-    """tiles: sliding windows even in resize mode; tile_overlap in [0, 1); tile_batch: windows per forward pass
-    (None: train.eval_batch_size); tta: none | flip."""
+    """tiles: sliding windows (the default in pad / random_crop mode; refused for resize-trained models);
+    tile_overlap in [0, 1); tile_batch: windows per forward pass (None: train.eval_batch_size); tta: none | flip."""
 
     tiles: bool = False
     tile_overlap: float = 0.25
     tile_batch: Optional[int] = None
     tta: str = "none"
+    device: str = "auto"
 
     @staticmethod
     def add_arguments(parser) -> None:
-        """The command-line flags of eval.py and predict.py: --tiles, --tile-overlap, --tile-batch, --tta."""
-        parser.add_argument("--tiles", action="store_true", help="sliding windows at native size even in resize mode")
+        """The command-line flags of eval.py and predict.py: --tiles, --tile-overlap, --tile-batch, --tta, --device."""
+        parser.add_argument("--tiles", action="store_true",
+                            help="sliding windows at native size (automatic in pad / random_crop mode; a model "
+                                 "trained in resize mode refuses them)")
         parser.add_argument("--tile-overlap", type=float, default=0.25, help="overlap of neighbouring windows, [0, 1)")
         parser.add_argument("--tile-batch", type=int, help="windows per forward pass (default: train.eval_batch_size)")
-        parser.add_argument("--tta", default="none", choices=TTA_CHOICES, help="flip: average over h/v flips")
+        parser.add_argument("--tta", default="none", choices=TTA_CHOICES,
+                            help="flip: average over the image and its three mirror images")
+        parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+                            help="where the model runs, whatever device it was trained on (default: auto)")
 
     @classmethod
     def from_arguments(cls, args) -> "InferenceOptions":
-        return cls(args.tiles, args.tile_overlap, args.tile_batch, args.tta)
+        return cls(args.tiles, args.tile_overlap, args.tile_batch, args.tta, args.device)
 
     def __post_init__(self):
         if not 0.0 <= self.tile_overlap < 1.0:
@@ -66,6 +79,17 @@ class InferenceOptions:
             raise ConfigError(f"--tile-batch must be >= 1, got {self.tile_batch}")
         if self.tta not in TTA_CHOICES:
             raise ConfigError(f"--tta must be one of {', '.join(TTA_CHOICES)}, got {self.tta!r}")
+        if self.device not in DEVICE_CHOICES:
+            raise ConfigError(f"--device must be one of {', '.join(DEVICE_CHOICES)}, got {self.device!r}")
+
+    def check_model(self, cfg: Config) -> None:
+        """Refuse `tiles` for a model trained on whole images resized to S x S (see the module docstring)."""
+        if self.tiles and cfg.data.resize_mode == "resize":
+            raise ConfigError(
+                f"--tiles: this model was trained with data.resize_mode: resize (whole images squashed to "
+                f"{cfg.data.image_size} x {cfg.data.image_size}); windows at native size would show it objects at a "
+                f"scale it never saw. Predict without --tiles (the image is resized as in training), or train with "
+                f"data.resize_mode: pad or random_crop for sliding windows")
 
 
 def load_trained_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> Tuple[torch.nn.Module, Config]:
@@ -94,26 +118,32 @@ def probabilities_to_logits(probabilities: torch.Tensor) -> torch.Tensor:
     return probabilities.clamp(min=torch.finfo(probabilities.dtype).tiny).log()
 
 
+MIRRORS = ((), (-1,), (-2,), (-2, -1))  # identity, horizontal, vertical, both: each its own inverse
+
+
 def flip_tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
-    """images [B, C, H, W] -> logits [B, K, H, W] of the mean probabilities over identity, h-flip and v-flip."""
+    """images [B, C, H, W] -> logits [B, K, H, W] of the mean probabilities over the four mirror images."""
     batch = images.shape[0]
-    views = torch.cat([images, images.flip(-1), images.flip(-2)])  # [3B, C, H, W]
-    logits = model(views).float()  # [3B, K, H, W]
+    views = torch.cat([images.flip(dims) if dims else images for dims in MIRRORS])  # [4B, C, H, W]
+    logits = model(views).float()  # [4B, K, H, W]
     as_probabilities = torch.sigmoid if logits.shape[1] == 1 else (lambda x: torch.softmax(x, dim=1))
-    identity, hflip, vflip = as_probabilities(logits).split(batch)
-    return probabilities_to_logits((identity + hflip.flip(-1) + vflip.flip(-2)) / 3.0)
+    probabilities = as_probabilities(logits).split(batch)  # 4 x [B, K, H, W]
+    restored = [view.flip(dims) if dims else view for view, dims in zip(probabilities, MIRRORS)]
+    return probabilities_to_logits(torch.stack(restored).mean(dim=0))
 
 
 class Segmenter:
     """Predicts logits at each image's own size with a trained model (eval mode, no gradients)."""
 
     def __init__(self, model: torch.nn.Module, cfg: Config, options: InferenceOptions = InferenceOptions()):
+        options.check_model(cfg)
         self.model, self.cfg, self.options = model, cfg, options
         self.window = cfg.data.image_size
-        self.windowed = options.tiles or cfg.data.resize_mode != "resize"
+        self.windowed = cfg.data.resize_mode != "resize"
         self.tile_batch = options.tile_batch or cfg.train.eval_batch_size
         self.alignment = 2**cfg.model.depth
         self.device = next(model.parameters()).device
+        self.normalization = Normalization.from_config(cfg.data)
 
     @property
     def resizes_input(self) -> bool:
@@ -151,9 +181,9 @@ class Segmenter:
             yield rows, resize_logits(logits, size)
 
     def segment(self, image: torch.Tensor) -> torch.Tensor:
-        """image [C, H0, W0] float in [0, 1] -> labels [H0, W0] int64 at the same size."""
+        """image [C, H0, W0] as read (not normalised) -> labels [H0, W0] int64 at the same size."""
         size = tuple(image.shape[-2:])
-        model_input = normalize(image, self.cfg.data.mean, self.cfg.data.std)
+        model_input = self.normalization(image)
         if self.resizes_input:
             model_input = resize_image(model_input, (self.window, self.window))
         (_, logits), = self.native_logits(model_input[None], size)
@@ -161,9 +191,8 @@ class Segmenter:
 
 
 def overlay(image: torch.Tensor, labels: torch.Tensor, num_classes: int, alpha: float = 0.5) -> np.ndarray:
-    """image [C, H, W] in [0, 1], labels [H, W] -> [H, W, 3] uint8: class colours blended over the image."""
-    rgb = image.expand(3, -1, -1) if image.shape[0] == 1 else image[:3]
-    base = rgb.permute(1, 2, 0).clamp(0, 1).numpy()
+    """image [C, H, W] (as read), labels [H, W] -> [H, W, 3] uint8: class colours blended over the image."""
+    base = display_image(image).permute(1, 2, 0).numpy()  # [H, W, 3] in [0, 1]
     colours = class_colours(num_classes)[labels.numpy()].astype(np.float32) / 255.0
     foreground = (labels.numpy() > 0)[..., None]
     blended = np.where(foreground, (1 - alpha) * base + alpha * colours, base)

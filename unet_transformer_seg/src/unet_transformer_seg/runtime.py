@@ -13,10 +13,10 @@ import torch
 from .errors import ConfigError
 
 
-def resolve_device(name: str) -> torch.device:
-    """`run.device` (auto | cpu | cuda) -> a torch device; cuda without a GPU is a ConfigError."""
+def resolve_device(name: str, setting: str = "config key 'run.device'") -> torch.device:
+    """auto | cpu | cuda -> a torch device; cuda without a GPU is a ConfigError naming `setting`."""
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("config key 'run.device' is cuda but no CUDA device is available")
+        raise ConfigError(f"{setting} is cuda but no CUDA device is available")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)

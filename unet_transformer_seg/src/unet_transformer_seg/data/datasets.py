@@ -2,7 +2,7 @@
 datasets from a config.
 
 Folder layout (paired by file stem):
-    ROOT/train/images/NAME.png|jpg|jpeg|tif|tiff|bmp   ROOT/train/masks/NAME.png|tif|tiff|bmp
+    ROOT/train/images/NAME.png|jpg|jpeg|tif|tiff|bmp|npy   ROOT/train/masks/NAME.png|tif|tiff|bmp
     ROOT/val/...                                        ROOT/test/... (optional)
 """
 
@@ -19,6 +19,7 @@ from tqdm import tqdm
 from ..config import Config
 from ..errors import DataError
 from ..labels import IGNORE_LABEL
+from .normalization import Normalization
 from .image_io import IMAGE_SUFFIXES, MASK_SUFFIXES, image_size, read_image, read_mask
 from .toy_shapes import ToyShapesDataset
 from .transforms import SegmentationTransform
@@ -27,7 +28,7 @@ AUGMENT_STREAM = 7  # keeps augmentation draws apart from any other use of the s
 
 
 class FolderDataset(torch.utils.data.Dataset):
-    """Items: image [C, H, W] float32 in [0, 1] at the file's own size, mask [H, W] int64 class ids (IGNORE_LABEL where
+    """Items: image [C, H, W] float32 (values as `read_image` keeps them) at the file's own size, mask [H, W] int64 class ids (IGNORE_LABEL where
     the file holds `ignore_index`)."""
 
     def __init__(
@@ -63,8 +64,10 @@ class FolderDataset(torch.utils.data.Dataset):
         lossy = {p.stem: p for p in mask_files if p.suffix.lower() not in MASK_SUFFIXES}
         for image_path in images:
             if image_path.stem in lossy and image_path.stem not in masks:
-                raise DataError(f"mask {lossy[image_path.stem]} is a JPEG: lossy compression changes class ids; "
-                                f"save masks as PNG, TIFF or BMP")
+                unusable = lossy[image_path.stem]
+                reason = ("is a JPEG: lossy compression changes class ids" if unusable.suffix.lower() != ".npy"
+                          else "is a .npy array: masks are image files")
+                raise DataError(f"mask {unusable} {reason}; save masks as PNG, TIFF or BMP")
             if image_path.stem not in masks:
                 raise DataError(f"image {image_path} has no mask {mask_dir / (image_path.stem + '.png')}")
         orphans = sorted(set(masks) - set(stems))
@@ -186,7 +189,7 @@ def build_split(
     """A split with its transform; `resize_for_eval=False` keeps evaluation images at their own size (windows)."""
     data = cfg.data
     transform = SegmentationTransform(
-        data.image_size, data.mean, data.std, train, data.resize_mode, data.hflip, data.vflip, data.rot90,
+        data.image_size, Normalization.from_config(data), train, data.resize_mode, data.hflip, data.vflip, data.rot90,
         resize_for_eval,
     )
     return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed)

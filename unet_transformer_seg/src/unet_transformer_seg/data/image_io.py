@@ -1,8 +1,21 @@
-"""Image and mask files through Pillow, and channel conversion.
+"""Image and mask files, and channel conversion.
 
-Images come back as [C, H, W] float32 in [0, 1]; masks as [H, W] int64 class ids, with IGNORE_LABEL (-1) where the
-file holds `data.ignore_index`. Pixels are used as stored (no EXIF rotation), so an image and its mask stay aligned.
+Images come back as [C, H, W] float32 with every stored value kept (`read_image`):
 
+| Stored samples | Values returned |
+|---|---|
+| unsigned 8-bit, 16-bit (PNG, JPEG, BMP, TIFF, `.npy`) | divided by 255 or 65535: [0, 1], every level distinct |
+| 1-bit | 0 or 1 |
+| float (16/32/64-bit) and signed or 32-bit integers (TIFF, `.npy`) | as stored (a float32 copy) |
+
+A value float32 cannot hold (NaN, Inf, beyond the float32 range, an integer beyond 2**24) is a DataError naming the
+file and the pixel, never a clip. Files: PNG (8/16-bit, gray, gray + alpha, RGB, RGBA, indexed; 16-bit colour PNGs
+are decoded by `png16.py`, as Pillow keeps only their high byte), JPEG, BMP through Pillow; TIFF through tifffile
+(gray, RGB, multi-page / multi-channel stacks, any sample type; palette, CMYK and YCbCr TIFFs through Pillow);
+`.npy` arrays [H, W] or [H, W, C] (channels last, as image files). Pixels are used as stored (no EXIF rotation), so
+an image and its mask stay aligned.
+
+Masks come back as [H, W] int64 class ids, with IGNORE_LABEL (-1) where the file holds `data.ignore_index`.
 Mask formats (`read_mask`):
 
 | File | Mode (Pillow) | Class id of a pixel |
@@ -10,6 +23,7 @@ Mask formats (`read_mask`):
 | 1-bit PNG / TIFF / BMP | `1` | 0 or 1 |
 | 8-bit gray | `L` (`LA`: alpha dropped) | the gray value |
 | 16-bit gray | `I;16` (`I`) | the gray value, 0..65535 kept exactly |
+| 16-bit gray + alpha PNG | (read by `png16.py`) | the gray value, exactly; a 16-bit RGB / RGBA PNG mask is refused |
 | indexed colour (VOC, Cityscapes style) | `P` (`PA`) | the palette index, not its colour |
 | RGB / RGBA with `data.palette` | `RGB`, `RGBA` | k where palette[k] is the pixel's colour |
 | gray stored as RGB / RGBA, no palette | `RGB`, `RGBA` with r = g = b | the gray value |
@@ -17,21 +31,31 @@ Mask formats (`read_mask`):
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+import tifffile
 import torch
 from PIL import Image, UnidentifiedImageError
 
 from ..errors import DataError
 from ..labels import IGNORE_LABEL, class_colours
+from .png16 import read_png16_colour, sixteen_bit_colour_type
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".npy")
 MASK_SUFFIXES = (".png", ".tif", ".tiff", ".bmp")  # lossless only: JPEG would change class ids
+TIFF_SUFFIXES = (".tif", ".tiff")
 LUMA_WEIGHTS = (0.299, 0.587, 0.114)
 VOC_VOID = 255
 MAX_INDEXED_CLASSES = 256  # more classes than this are written as 16-bit gray ids
+EXACT_FLOAT32_INTEGER = 2**24  # every integer up to this magnitude is exact in float32
+UNIT_SCALE = {np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}
+ALPHA_MODES = ("LA", "PA", "RGBA")
+TIFFFILE_PHOTOMETRIC = ("MINISBLACK", "RGB")  # other TIFFs (palette, CMYK, YCbCr, min-is-white) go through Pillow
+SPATIAL_AXES = ("Y", "X")
 
 
 def open_image(path: str | Path) -> Image.Image:
@@ -42,15 +66,36 @@ def open_image(path: str | Path) -> Image.Image:
     try:
         image = Image.open(path)
         image.load()
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, struct.error, zlib.error) as exc:
         raise DataError(f"cannot read image {path}: {exc}") from None
     if image.width == 0 or image.height == 0:
         raise DataError(f"image {path} is empty ({image.width}x{image.height})")
     return image
 
 
+def _tiff_series(path: Path):
+    """(shape, axes, photometric name, extra samples) of the first series of a TIFF, from its header."""
+    try:
+        with tifffile.TiffFile(path) as tiff:
+            series = tiff.series[0]
+            page = series.pages[0]
+            return tuple(series.shape), series.axes, page.photometric.name, len(page.extrasamples or ())
+    except Exception as exc:  # tifffile raises TiffFileError, ValueError, IndexError, ... on damaged files
+        raise DataError(f"cannot read image {path}: {exc}") from None
+
+
+def _reads_with_tifffile(path: Path) -> bool:
+    return path.suffix.lower() in TIFF_SUFFIXES and _tiff_series(path)[2] in TIFFFILE_PHOTOMETRIC
+
+
 def image_size(path: str | Path) -> tuple:
     """(height, width) from the file header, without decoding the pixels."""
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        return _npy_array(path, header_only=True).shape[:2]
+    if _reads_with_tifffile(path):
+        shape, axes, _, _ = _tiff_series(path)
+        return tuple(shape[axes.index(axis)] for axis in SPATIAL_AXES)
     try:
         with Image.open(path) as image:
             return image.height, image.width
@@ -58,44 +103,113 @@ def image_size(path: str | Path) -> tuple:
         raise DataError(f"cannot read image {path}: {exc}") from None
 
 
-def _unit_float_array(image: Image.Image, path: Path) -> np.ndarray:
-    """Pixels as float32 [H, W] or [H, W, 3|4] in [0, 1], whatever the mode."""
-    if image.mode in ("P", "PA"):  # colours of an indexed image
+def _npy_array(path: Path, header_only: bool = False) -> np.ndarray:
+    """A `.npy` image [H, W] or [H, W, C] -> [H, W, C] (memory-mapped when only the shape is needed)."""
+    try:
+        array = np.load(path, mmap_mode="r" if header_only else None, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise DataError(f"cannot read image {path}: {exc}") from None
+    if array.ndim not in (2, 3) or 0 in array.shape:
+        raise DataError(f"image {path} holds an array of shape {array.shape}; images are [H, W] or [H, W, C]")
+    return array if array.ndim == 3 else array[..., None]
+
+
+def _tiff_array(path: Path) -> tuple:
+    """A gray / RGB TIFF or a stack with one channel-like axis -> ([H, W, C] as stored, has_alpha)."""
+    shape, axes, _, extra_samples = _tiff_series(path)
+    try:
+        array = tifffile.imread(path, series=0)
+    except Exception as exc:  # truncated strips, unsupported compression, ...
+        raise DataError(f"cannot read image {path}: {exc}") from None
+    kept = [index for index, size in enumerate(array.shape) if size > 1 or axes[index] in SPATIAL_AXES]
+    array = array.reshape([array.shape[index] for index in kept])
+    kept_axes = "".join(axes[index] for index in kept)
+    channel_axes = [axis for axis in kept_axes if axis not in SPATIAL_AXES]
+    if len(channel_axes) > 1:
+        raise DataError(f"image {path} is a TIFF with axes {axes} and shape {shape}: one channel axis at most "
+                        f"(besides Y and X) can be read as image channels")
+    order = [kept_axes.index(axis) for axis in SPATIAL_AXES + tuple(channel_axes)]
+    array = np.transpose(array, order)
+    return (array if array.ndim == 3 else array[..., None]), extra_samples > 0
+
+
+def _pillow_array(path: Path) -> tuple:
+    """A file Pillow decodes -> ([H, W, C] as stored, has_alpha); 16-bit colour PNGs through `png16`."""
+    colour_type = sixteen_bit_colour_type(path) if path.is_file() else None
+    if colour_type is not None:
+        return read_png16_colour(path), colour_type in (4, 6)
+    image = open_image(path)
+    if image.mode in ("P", "PA"):  # the colours of an indexed image
         image = image.convert("RGBA" if "transparency" in image.info or image.mode == "PA" else "RGB")
-    elif image.mode in ("1", "LA"):
+    elif image.mode == "1":
         image = image.convert("L")
     elif image.mode in ("CMYK", "YCbCr", "LAB", "HSV"):
         image = image.convert("RGB")
     array = np.asarray(image)
-    if image.mode.startswith("I;16") or image.mode == "I":  # 16-bit gray
-        return np.clip(array.astype(np.float32) / 65535.0, 0.0, 1.0)
-    if image.mode == "F":
-        return np.clip(array.astype(np.float32), 0.0, 1.0)
-    if array.dtype != np.uint8:
-        raise DataError(f"unsupported image mode {image.mode!r} in {path}")
-    return array.astype(np.float32) / 255.0
+    if image.mode.startswith("I;16"):
+        array = array.astype(np.uint16)  # I;16B and friends come as big-endian uint16
+    return (array if array.ndim == 3 else array[..., None]), image.mode in ALPHA_MODES
 
 
-def convert_channels(image: torch.Tensor, channels: int) -> torch.Tensor:
-    """[C_in, H, W] with C_in in {1, 3, 4} -> [channels, H, W]; alpha dropped, RGB->gray by luma, gray->RGB copied."""
-    if image.shape[0] == 4:
-        image = image[:3]
+def _first_pixel(where: np.ndarray) -> str:
+    row, col = (int(v) for v in np.argwhere(where)[0][:2])
+    return f"(row {row}, col {col})"
+
+
+def to_float32(array: np.ndarray, path: Path) -> np.ndarray:
+    """[H, W, C] samples as stored -> float32 as the module docstring says; an unrepresentable value is a DataError."""
+    if array.dtype == np.bool_:
+        return array.astype(np.float32)
+    if array.dtype in UNIT_SCALE:
+        return array.astype(np.float32) / UNIT_SCALE[array.dtype]
+    if np.issubdtype(array.dtype, np.integer):
+        too_large = np.abs(array.astype(np.int64)) > EXACT_FLOAT32_INTEGER if array.size else np.zeros(0, bool)
+        if too_large.any():
+            raise DataError(f"image {path} holds the integer {int(array[tuple(np.argwhere(too_large)[0])])} at "
+                            f"{_first_pixel(too_large)}, beyond 2**24: float32 cannot hold it exactly; rescale the "
+                            f"image or store it as float")
+        return array.astype(np.float32)
+    if np.issubdtype(array.dtype, np.floating):
+        bad = ~np.isfinite(array) | (np.abs(array) > np.finfo(np.float32).max)
+        if bad.any():
+            value = array[tuple(np.argwhere(bad)[0])]
+            raise DataError(f"image {path} holds {value} at {_first_pixel(bad)}; images must hold finite values "
+                            f"within the float32 range")
+        return array.astype(np.float32)
+    raise DataError(f"image {path} holds samples of type {array.dtype}; images are integers, floats or booleans")
+
+
+def convert_channels(image: torch.Tensor, channels: int, has_alpha: bool = False, path: str | Path = "") -> torch.Tensor:
+    """[C_in, H, W] -> [channels, H, W]: as it is when C_in == channels; else the alpha channel (last, when
+    `has_alpha`) dropped, then gray copied to every channel or RGB to gray by luma. Anything else is a DataError."""
+    if has_alpha and image.shape[0] != channels:
+        image = image[:-1]
     if image.shape[0] == channels:
         return image
-    if channels == 1:
+    if image.shape[0] == 1:
+        return image.expand(channels, -1, -1).clone()
+    if image.shape[0] == 3 and channels == 1:
         weights = torch.tensor(LUMA_WEIGHTS, dtype=image.dtype).view(3, 1, 1)
         return (image * weights).sum(dim=0, keepdim=True)
-    return image.expand(channels, -1, -1).clone()
+    raise DataError(f"image {path} has {image.shape[0]} channels{' (alpha dropped)' if has_alpha else ''}, but "
+                    f"data.in_channels = {channels}: only gray -> N channels, RGB -> gray and dropping alpha are "
+                    f"converted")
 
 
 def read_image(path: str | Path, channels: int) -> torch.Tensor:
-    """Image file (PNG 8/16-bit, JPEG, TIFF, BMP; gray, RGB, RGBA or indexed) -> [channels, H, W] float32 in [0, 1]."""
+    """Image file (see the module docstring) -> [channels, H, W] float32 with its values kept."""
     path = Path(path)
-    array = _unit_float_array(open_image(path), path)
-    if array.ndim == 2:
-        array = array[..., None]
-    image = torch.from_numpy(np.ascontiguousarray(array)).permute(2, 0, 1)  # [C_in, H, W]
-    return convert_channels(image, channels)
+    if not path.is_file():
+        raise DataError(f"file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        array, has_alpha = _npy_array(path), False
+    elif _reads_with_tifffile(path):
+        array, has_alpha = _tiff_array(path)
+    else:
+        array, has_alpha = _pillow_array(path)
+    image = torch.from_numpy(np.ascontiguousarray(to_float32(array, path))).permute(2, 0, 1)  # [C_in, H, W]
+    return convert_channels(image, channels, has_alpha, path)
 
 
 def _ids_from_palette(rgb: np.ndarray, palette: Sequence[Sequence[int]], path: Path) -> np.ndarray:
@@ -132,6 +246,18 @@ def _mask_ids(image: Image.Image, path: Path, palette: Optional[Sequence[Sequenc
     )
 
 
+def sixteen_bit_mask(path: Path) -> Optional[np.ndarray]:
+    """The ids [H, W] of a 16-bit gray + alpha PNG mask (Pillow would keep their high byte only); None for any other
+    file. A 16-bit RGB / RGBA PNG mask is a DataError: colour masks are 8-bit colours with data.palette."""
+    colour_type = sixteen_bit_colour_type(path) if path.is_file() else None
+    if colour_type is None:
+        return None
+    if colour_type != 4:
+        raise DataError(f"mask {path} is a 16-bit colour PNG; masks are 8/16-bit gray, indexed colour, or 8-bit RGB "
+                        f"with data.palette")
+    return read_png16_colour(path)[..., 0].astype(np.int64)
+
+
 def read_mask(
     path: str | Path,
     num_classes: int,
@@ -143,7 +269,9 @@ def read_mask(
     Any other value outside 0..num_classes-1 is a DataError naming the file, the value and its first pixel.
     """
     path = Path(path)
-    ids = _mask_ids(open_image(path), path, palette)  # [H, W]
+    ids = sixteen_bit_mask(path)  # [H, W] or None
+    if ids is None:
+        ids = _mask_ids(open_image(path), path, palette)  # [H, W]
     ignored = ids == ignore_index if ignore_index is not None else np.zeros(ids.shape, dtype=bool)
     invalid = ((ids < 0) | (ids >= num_classes)) & ~ignored
     if invalid.any():
@@ -184,3 +312,13 @@ def image_to_uint8(image: torch.Tensor) -> np.ndarray:
     """[C, H, W] float in [0, 1] -> [H, W] (C=1) or [H, W, 3] uint8."""
     array = (image.clamp(0, 1) * 255.0).round().to(torch.uint8).permute(1, 2, 0).numpy()
     return array[..., 0] if array.shape[2] == 1 else array
+
+
+def display_image(image: torch.Tensor) -> torch.Tensor:
+    """[C, H, W] with any values -> [3, H, W] in [0, 1] for showing: the first three channels (fewer than three: the
+    first, as gray); values outside [0, 1] (raw intensities) stretched from their minimum to their maximum."""
+    shown = image[:3] if image.shape[0] >= 3 else image[:1].expand(3, -1, -1)
+    low, high = float(shown.min()), float(shown.max())
+    if low < 0.0 or high > 1.0:
+        shown = (shown - low) / max(high - low, 1e-12)
+    return shown

@@ -1,7 +1,7 @@
 """Transforms that keep image and mask aligned.
 
-Images are [C, H, W] float32, masks [H, W] int64. Images are normalised first, so padding with 0 is padding with the
-mean colour. Geometry (resize, pad, crop, flips, 90-degree rotations) is applied to both with the same parameters;
+Images are [C, H, W] float32, masks [H, W] int64. Images are normalised first (`normalization.py`), so padding with
+0 is padding with the mean colour. Geometry (resize, pad, crop, flips, 90-degree rotations) is applied to both with the same parameters;
 masks are resized with nearest neighbour, so class ids and IGNORE_LABEL stay what they are, and padded mask pixels
 hold IGNORE_LABEL, so no loss or metric sees them. Random choices come from a numpy Generator passed in, so a
 sample's augmentation is a pure function of that generator.
@@ -17,7 +17,7 @@ sample's augmentation is a pure function of that generator.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import numpy as np
 import torch
@@ -117,11 +117,6 @@ def random_flip_rotate(
     return image.contiguous(), mask.contiguous()
 
 
-def normalize(image: torch.Tensor, mean: float, std: float) -> torch.Tensor:
-    """[C, H, W] in [0, 1] -> (image - mean) / std."""
-    return (image - mean) / std
-
-
 class SegmentationTransform:
     """Normalise an (image, mask) pair, bring it to the model's input geometry and augment (training only).
 
@@ -133,8 +128,7 @@ class SegmentationTransform:
     def __init__(
         self,
         image_size: int,
-        mean: float,
-        std: float,
+        normalization: Callable[[torch.Tensor], torch.Tensor],
         train: bool,
         resize_mode: str = "resize",
         hflip: bool = False,
@@ -145,7 +139,7 @@ class SegmentationTransform:
         if resize_mode not in RESIZE_MODES:
             raise ValueError(f"unknown resize_mode {resize_mode!r}")
         self.size = image_size
-        self.mean, self.std = mean, std
+        self.normalization = normalization
         self.train = train
         self.resize_mode = resize_mode
         self.hflip, self.vflip, self.rot90 = hflip, vflip, rot90
@@ -154,7 +148,7 @@ class SegmentationTransform:
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, rng: Optional[np.random.Generator]
     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        image = normalize(image, self.mean, self.std)
+        image = self.normalization(image)
         square = (self.size, self.size)
         if not self.train:
             return (resize_image(image, square) if self.resize_for_eval else image), mask

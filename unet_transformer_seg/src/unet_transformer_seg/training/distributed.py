@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import List
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -83,3 +85,32 @@ def max_weight_difference_across_ranks(model: torch.nn.Module, info: DistInfo) -
     difference = torch.tensor([float((flat - reference).abs().max())])
     dist.all_reduce(difference, op=dist.ReduceOp.MAX)
     return float(difference)
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of one rank's own random draws: run.seed on rank 0 (so one process and rank 0 draw alike), a distinct
+    stream from numpy's SeedSequence on every other rank."""
+    return seed if rank == 0 else int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+
+
+def gather_objects(value, info: DistInfo) -> List:
+    """[value of rank 0, value of rank 1, ...] on every rank; [value] for one process."""
+    if not info.enabled:
+        return [value]
+    gathered = [None] * info.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def average_float_buffers(model: torch.nn.Module, info: DistInfo) -> None:
+    """Average every floating-point buffer (BatchNorm running mean and variance) over ranks, in place.
+
+    DDP broadcasts rank 0's buffers at the start of each training forward, and each rank then updates them with its own
+    batch, so after a step they differ across ranks; validation runs after this, so that every rank evaluates, and
+    rank 0 saves, one and the same model."""
+    if not info.enabled:
+        return
+    for buffer in model.buffers():
+        if buffer.is_floating_point():
+            dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+            buffer.div_(info.world_size)

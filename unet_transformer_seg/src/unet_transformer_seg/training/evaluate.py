@@ -36,8 +36,9 @@ class Evaluation:
 def evaluation_split(cfg: Config, split: str, options: InferenceOptions = InferenceOptions(),
                      root: Optional[str] = None) -> SegmentationSplit:
     """The split as evaluation needs it: images resized to S x S in the data workers when the model sees them so
-    (resize mode without tiles), else at their own size."""
-    resize_for_eval = not (options.tiles or cfg.data.resize_mode != "resize")
+    (resize mode), else at their own size."""
+    options.check_model(cfg)
+    resize_for_eval = cfg.data.resize_mode == "resize"
     return build_split(cfg, split, train=False, root=root, resize_for_eval=resize_for_eval)
 
 

@@ -6,6 +6,10 @@ of (seed, epoch, index), so resuming only needs the position (epoch, step within
 scheduler, scaler and RNG states stored in the checkpoint.
 `train.batch_size` is per process and per micro-step: one optimizer step sees
 batch_size * accumulate_steps * world_size images.
+
+Several processes (torchrun): each rank seeds its own global RNGs (`rank_seed`: run.seed on rank 0), checkpoints hold
+the RNG state of every rank (restored rank by rank; resuming with another number of processes is refused), and
+BatchNorm running statistics are averaged over ranks before each validation, so the validated model is the saved one.
 """
 
 from __future__ import annotations
@@ -27,15 +31,16 @@ from tqdm import tqdm
 from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from ..checks import install_nonfinite_hooks
 from ..config import Config, config_to_dict, save_config
-from ..data.datasets import build_split, class_pixel_counts
+from ..data.datasets import base_dataset, build_split, class_pixel_counts
+from ..data.normalization import COUNTED_MODES, count_statistics, describe
 from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
 from ..losses import build_loss
 from ..models import build_model
 from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
 from .distributed import (
-    DistInfo, all_reduce_sum, barrier, broadcast_object, init_distributed, max_weight_difference_across_ranks,
-    shutdown_distributed,
+    DistInfo, all_reduce_sum, average_float_buffers, barrier, broadcast_object, gather_objects, init_distributed,
+    max_weight_difference_across_ranks, rank_seed, shutdown_distributed,
 )
 from .evaluate import evaluate, evaluation_split
 from .plots import plot_curves, plot_samples
@@ -136,7 +141,9 @@ class Trainer:
     def _build(self) -> None:
         cfg = self.cfg
         apply_num_threads(cfg.run.num_threads)
-        seed_everything(cfg.run.seed)
+        self._check_resume_world_size()
+        seed_everything(rank_seed(cfg.run.seed, self.dist.rank))
+        self.intensity_statistics = self._count_intensity_statistics()
         self.train_set = build_split(cfg, "train", train=True)
         self.val_set = evaluation_split(cfg, "val")
         world = self.dist.world_size
@@ -204,6 +211,31 @@ class Trainer:
         weights, self.class_pixel_counts = broadcast_object(counted, self.dist)
         return weights
 
+    def _count_intensity_statistics(self) -> Optional[Dict[str, List[float]]]:
+        """data.normalize dataset | percentile in a new run: the training split's statistics, counted once (rank 0
+        reads the images, the others receive the result) and written into cfg.data, so config.yaml and checkpoints
+        hold them. A resumed run keeps those of its checkpoint's config."""
+        data = self.cfg.data
+        if data.normalize not in COUNTED_MODES or self.resume_state is not None:
+            return None
+        counted = None
+        if self.dist.is_main:
+            counted = count_statistics(base_dataset(self.cfg, "train"), data.normalize, self.cfg.run.seed,
+                                       self.cfg.train.num_workers, show_progress_bars())
+        statistics = broadcast_object(counted, self.dist)
+        for key, values in statistics.items():
+            setattr(data, key, values)
+        return statistics
+
+    def _check_resume_world_size(self) -> None:
+        """Batch order and the per-rank RNG states depend on the number of processes: resuming needs the same."""
+        saved = (self.resume_state or {}).get("world_size", self.dist.world_size)  # absent in older checkpoints
+        if saved != self.dist.world_size:
+            raise CheckpointError(
+                f"cannot resume from {self.resume_path}: it was saved by {saved} process(es) and this run has "
+                f"{self.dist.world_size}; resume with the same number (torchrun --nproc_per_node={saved} "
+                f"scripts/train.py --resume ...{' or plain python' if saved == 1 else ''})")
+
     def _load_resume_state(self) -> None:
         state = self.resume_state
         missing = [key for key in RESUME_KEYS if key not in state]
@@ -221,9 +253,11 @@ class Trainer:
         self.history = list(state["history"])
         self.best_score = state["best_score"]
         self.epoch_loss = list(state["epoch_loss"])
-        restore_rng_state(state["rng"])
+        per_rank = state["rng"] if isinstance(state["rng"], list) else [state["rng"]] * self.dist.world_size
+        restore_rng_state(per_rank[self.dist.rank])
 
-    def checkpoint_state(self) -> Dict:
+    def checkpoint_state(self, rng_states: List[Dict]) -> Dict:
+        """Everything a checkpoint holds; `rng_states`: the RNG states of every rank, in rank order."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -233,7 +267,8 @@ class Trainer:
             "step_in_epoch": self.step_in_epoch,
             "global_step": self.global_step,
             "config": config_to_dict(self.cfg),
-            "rng": capture_rng_state(),
+            "rng": rng_states,
+            "world_size": self.dist.world_size,
             "history": self.history,
             "best_score": self.best_score,
             "epoch_loss": list(self.epoch_loss),
@@ -242,8 +277,10 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
+        """Called on every rank at the same step (each contributes its RNG state); rank 0 writes the file."""
+        rng_states = gather_objects(capture_rng_state(), self.dist)
         if self.dist.is_main:
-            save_checkpoint(self.checkpoint_state(), self.run_dir / "checkpoints" / name)
+            save_checkpoint(self.checkpoint_state(rng_states), self.run_dir / "checkpoints" / name)
 
     # ----- one optimizer step -----
     def _train_step(self, batches) -> torch.Tensor:
@@ -284,7 +321,7 @@ class Trainer:
         remaining = micro[self.step_in_epoch * cfg.train.accumulate_steps :]
         loader = DataLoader(
             self.train_set, batch_sampler=remaining, num_workers=cfg.train.num_workers,
-            generator=torch.Generator().manual_seed(cfg.run.seed),
+            generator=torch.Generator().manual_seed(rank_seed(cfg.run.seed, self.dist.rank)),
         )
         batches = iter(loader)
         show_bar = self.dist.is_main and show_progress_bars()
@@ -323,6 +360,7 @@ class Trainer:
 
     def _end_epoch(self, seconds: float) -> None:
         cfg = self.cfg
+        average_float_buffers(self.model, self.dist)  # one model on every rank: the one best.pt / last.pt hold
         scores = evaluate(self.model, self.val_set, cfg, self.loss_fn, self.dist).scores
         row = {
             "run_id": self.run_id,
@@ -392,6 +430,9 @@ class Trainer:
                     f"{len(self.train_set)} train / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
                     f"epoch, {self.total_steps} steps, {self.dist.world_size} process(es)"
                 )
+            if self.intensity_statistics is not None:
+                self.logger.info(f"intensity statistics of the {len(self.train_set)} training images "
+                                 f"({cfg.data.normalize}): {describe(self.intensity_statistics)}")
             if self.class_weights is not None:
                 source = "given" if self.class_pixel_counts is None else (
                     f"auto: 1/sqrt(pixel frequency) over {len(self.train_set)} training masks, pixel counts "

@@ -8,6 +8,7 @@ from typing import Dict, List
 import numpy as np
 import torch
 
+from ..data.image_io import display_image
 from ..labels import IGNORE_LABEL, class_colours
 
 
@@ -52,13 +53,13 @@ def plot_curves(history: List[Dict], plots_dir: Path) -> None:
 def plot_samples(
     images: List[torch.Tensor], truths: List[torch.Tensor], preds: List[torch.Tensor], path: Path, num_classes: int
 ) -> None:
-    """images [C, H_i, W_i] in [0, 1], truths / preds [H_i, W_i] -> one row per image: image | truth | prediction."""
+    """images [C, H_i, W_i] (as read), truths / preds [H_i, W_i] -> one row per image: image | truth | prediction."""
     plt = _pyplot()
     count = len(images)
     fig, axes = plt.subplots(count, 3, figsize=(6, 2 * count), squeeze=False)
     for row in range(count):
-        shown = images[row].clamp(0, 1).permute(1, 2, 0).cpu().numpy()
-        panels = (shown[..., 0] if shown.shape[2] == 1 else shown, colourize(truths[row], num_classes),
+        shown = display_image(images[row].cpu()).permute(1, 2, 0).numpy()  # [H, W, 3]
+        panels = (shown, colourize(truths[row], num_classes),
                   colourize(preds[row], num_classes))
         for col, (panel, title) in enumerate(zip(panels, ("image", "truth", "prediction"))):
             axes[row, col].imshow(panel, cmap="gray" if panel.ndim == 2 else None, vmin=0, vmax=1)
