@@ -118,24 +118,33 @@ def tiny_audio_config(manifest: Path, output_dir: Path, name: str, epochs: int) 
     }
 
 
-class PackageWarnings(logging.Handler):
-    """``with PackageWarnings() as warnings:`` collects the messages of warnings (and worse) logged under the
-    ``paraformer_asr`` logger. A run folder's logging turns that logger's propagation off, so pytest's caplog
-    misses them once a training test has run."""
+class PackageLog(logging.Handler):
+    """``with PackageLog() as log:`` collects the messages logged under the ``paraformer_asr`` logger at ``level``
+    (default: warnings) and worse, the logger lowered to that level meanwhile. A run folder's logging turns that
+    logger's propagation off, so pytest's caplog misses them once a training test has run."""
 
-    def __init__(self):
-        super().__init__(logging.WARNING)
+    def __init__(self, level: int = logging.WARNING):
+        super().__init__(level)
         self.messages: list[str] = []
+        self.logger = logging.getLogger("paraformer_asr")
+        self.saved_level = self.logger.level
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
 
-    def __enter__(self) -> PackageWarnings:
-        logging.getLogger("paraformer_asr").addHandler(self)
+    @property
+    def text(self) -> str:
+        return "\n".join(self.messages)
+
+    def __enter__(self) -> PackageLog:
+        self.saved_level = self.logger.level
+        self.logger.setLevel(min(self.level, self.logger.getEffectiveLevel()))
+        self.logger.addHandler(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        logging.getLogger("paraformer_asr").removeHandler(self)
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.saved_level)
 
 
 def untrained_audio_model(seed: int = 0):

@@ -18,7 +18,7 @@ from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.errors import DataError
 
 from asr_fuzz import FAST, SLOW, encode, signal
-from asr_helpers import PackageWarnings
+from asr_helpers import PackageLog
 
 BAD_KINDS = ("missing", "empty", "garbage", "no samples")
 TOKENIZER = CharTokenizer.build(["0123456789"])
@@ -50,7 +50,7 @@ def build_dataset(folder: Path, kinds: list[str], skip_bad_files: bool) -> Manif
 def check_manifest(kinds: list[str], skip_bad_files: bool) -> None:
     goods = [index for index, kind in enumerate(kinds) if kind == "good"]
     bads = [index for index, kind in enumerate(kinds) if kind != "good"]
-    with tempfile.TemporaryDirectory() as name, PackageWarnings() as warnings:
+    with tempfile.TemporaryDirectory() as name, PackageLog() as warnings:
         folder = Path(name)
         if bads and not skip_bad_files:
             with pytest.raises(DataError) as refused:

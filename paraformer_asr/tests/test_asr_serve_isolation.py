@@ -31,7 +31,7 @@ from paraformer_asr.serving.load_test import loopback_address, multipart_body, r
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
 
 from asr_fuzz import FAST, SLOW, audio_upload, encode, signal  # noqa: E402
-from asr_helpers import PackageWarnings, served, untrained_audio_model  # noqa: E402
+from asr_helpers import PackageLog, served, untrained_audio_model  # noqa: E402
 
 RATE = 16000
 WAIT_S = 60  # socket timeout; never reached when things work
@@ -144,7 +144,7 @@ def test_a_failing_batch_is_decoded_one_by_one_and_only_the_faulty_request_gets_
     goods = [wav_bytes(RATE // 2 + 1600 * index, seed=index) for index in range(7)]
     expected = [decoded_alone(loaded, data)[1] for data in goods]
     one_batch = replace(SETTINGS, max_wait_ms=5000.0)  # the batch fills up (8 requests) long before the deadline
-    with PackageWarnings() as warnings, served(create_app(loaded, one_batch), WAIT_S) as url:
+    with PackageLog() as warnings, served(create_app(loaded, one_batch), WAIT_S) as url:
         before = health(url)
         assert before["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 0}
         answers = post_concurrently(url, [(data, "audio.wav") for data in goods[:4] + [poison] + goods[4:]])

@@ -14,6 +14,8 @@ from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePi
 from paraformer_asr.decode.timestamps import group_words
 from paraformer_asr.errors import CheckpointError, DataError
 
+from asr_helpers import PackageLog
+
 CORPUS = [
     "turn the kitchen lights on", "turn the lights off, please", "what's the weather like today?",
     "set a timer for ten minutes", "play some music in the kitchen", "stop the music!",
@@ -101,18 +103,17 @@ def test_invalid_stored_tokenizers_raise_checkpoint_error():
 
 
 @pytest.mark.parametrize("kind", SUBWORD_KINDS)
-def test_vocab_size_is_a_soft_limit_both_ways(kind, caplog):
+def test_vocab_size_is_a_soft_limit_both_ways(kind):
     small_corpus = ["one two", "two one", "three"]
-    with caplog.at_level(logging.INFO, logger="paraformer_asr"):
+    with PackageLog(logging.INFO) as log:
         tok = subword(kind, vocab_size=5000, texts=small_corpus)
     assert tok.vocab_size < 5000 and f"{tok.vocab_size} tokens (data.vocab_size 5000; the transcripts allow no more)" \
-        in caplog.text
+        in log.text
     assert all(tok.decode(tok.encode(t)) == t for t in small_corpus)
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="paraformer_asr"):
+    with PackageLog(logging.INFO) as log:
         tiny = subword(kind, vocab_size=6, texts=small_corpus, with_blank=True)
     characters = len(set("onetwothree")) + 1  # + '▁'
-    assert tiny.vocab_size == 5 + characters == 13 and "is smaller than the 8 characters" in caplog.text
+    assert tiny.vocab_size == 5 + characters == 13 and "is smaller than the 8 characters" in log.text
     assert all(tiny.decode(tiny.encode(t)) == t for t in small_corpus)
 
 
