@@ -30,6 +30,7 @@ import torch
 
 from . import __version__
 from .config import Config, config_from_dict, config_to_dict
+from .data.toy_shapes import CLASS_NAMES as TOY_CLASS_NAMES
 from .errors import CheckpointError, ConfigError, MissingDependencyError
 from .inference import load_trained_model
 from .labels import class_colours
@@ -104,6 +105,13 @@ def _tag_graph(onnx, path: Path, cfg: Config) -> int:
     return _graph_opset(graph)
 
 
+def class_names(cfg: Config) -> Optional[list]:
+    """The toy set's class names; None for a folder data set (its config names no classes)."""
+    if cfg.data.kind != "toy":
+        return None
+    return ["background", "shape"] if cfg.data.binary else list(TOY_CLASS_NAMES)
+
+
 def describe_export(cfg: Config, precision: str, opset: int, checkpoint: str) -> Dict[str, Any]:
     """The sidecar: what predict.py / eval.py need to run the graph without the training config."""
     import onnx
@@ -125,6 +133,7 @@ def describe_export(cfg: Config, precision: str, opset: int, checkpoint: str) ->
         "multiple_of": 2**cfg.model.depth,
         "training_size": cfg.data.image_size,
         "resize_mode": cfg.data.resize_mode,
+        "class_names": class_names(cfg),
         "class_colours": class_colours(cfg.data.num_classes).tolist(),
         "mask_palette": cfg.data.palette,
         "opset": opset,
@@ -255,7 +264,6 @@ class OnnxModel(torch.nn.Module):
 def load_exported_model(directory: str | Path, num_threads: Optional[int] = None) -> Tuple[OnnxModel, Config]:
     """(OnnxModel, config) from an export directory; a missing, foreign, mismatched or damaged directory, sidecar or
     graph is a CheckpointError naming the file. num_threads None: the config's run.num_threads."""
-    onnx, onnxruntime = import_onnx()
     directory = Path(directory)
     if directory.is_file():
         raise CheckpointError(f"{directory} is a file; --backend onnx takes an export directory written by "
@@ -268,6 +276,7 @@ def load_exported_model(directory: str | Path, num_threads: Optional[int] = None
     graph_path = directory / str(sidecar["graph"])
     if not graph_path.is_file():
         raise CheckpointError(f"graph {graph_path} named by {sidecar_path} not found")
+    onnx, onnxruntime = import_onnx()
     try:
         graph = onnx.load(str(graph_path))
     except Exception as exc:  # protobuf decode errors of a damaged or foreign file
