@@ -27,9 +27,9 @@ from unet_transformer_seg.training.evaluate import evaluate, evaluation_split
 
 from seg_helpers import TINY_OVERRIDES, run_script
 
-FP32_LOGIT_TOLERANCE = 1e-4  # largest |logit difference| onnxruntime fp32 vs PyTorch (measured: about 1e-6)
+FP32_LOGIT_TOLERANCE = 1e-4  # largest |logit difference| onnxruntime fp32 vs PyTorch (measured: 1.5e-6 to 2.6e-6)
 LABEL_AGREEMENT = 0.999
-INT8_LABEL_AGREEMENT = 0.97  # int8 weights and activations: measured 0.99+ on the trained toy models
+INT8_LABEL_AGREEMENT = 0.97  # int8 weights and activations: measured 0.990-0.998 on these tiny models
 SIZES = ((16, 16), (40, 56))  # one training window; larger, not a window multiple, not square
 
 
