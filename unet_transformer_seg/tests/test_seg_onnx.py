@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from unet_transformer_seg.benchmarking import measure_deployed_quality
 from unet_transformer_seg.checkpointing import save_checkpoint
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.config import config_to_dict, load_config
@@ -134,6 +135,8 @@ def test_sidecar_describes_the_graph_and_threads_reach_the_session(exports):
     assert sidecar["class_names"] == ["background", "circle", "square", "triangle"]
     assert sidecar["check"]["max_abs_logit_difference"] <= FP32_LOGIT_TOLERANCE
     assert json.loads((int8_dir / SIDECAR_NAME).read_text())["precision"] == "int8"
+    with pytest.raises(CheckpointError, match="is an ONNX export directory; run it with --backend onnx"):
+        load_model_for_inference(fp32_dir, "torch")
     model, _ = load_exported_model(fp32_dir, num_threads=2)
     assert model.session.get_session_options().intra_op_num_threads == 2
     assert torch.get_num_threads() >= 1
@@ -172,6 +175,19 @@ def test_cli_predict_and_eval_with_the_onnx_backend_match_torch(exports, tmp_pat
     assert metrics["num_images"] == expected_scores["num_images"] == 6
     for key in ("mean_dice", "mean_iou", "pixel_accuracy", "loss"):
         assert metrics[key] == pytest.approx(expected_scores[key], abs=1e-4), key
+
+
+@pytest.mark.slow
+def test_deployed_quality_reports_the_dice_change_against_torch(exports):
+    checkpoint, fp32_dir, int8_dir = exports["unet"]
+    report = measure_deployed_quality({"torch": str(checkpoint), "onnx_fp32": str(fp32_dir),
+                                       "onnx_int8": str(int8_dir)}, "test", 1)
+    assert report["torch"]["mean_dice_change"] == 0.0 and report["torch"]["label_agreement_with_torch"] == 1.0
+    assert abs(report["onnx_fp32"]["mean_dice_change"]) <= 1e-6
+    assert report["onnx_fp32"]["label_agreement_with_torch"] >= LABEL_AGREEMENT
+    int8 = report["onnx_int8"]
+    assert int8["mean_dice_change"] == pytest.approx(int8["mean_dice"] - report["torch"]["mean_dice"])
+    assert INT8_LABEL_AGREEMENT <= int8["label_agreement_with_torch"] <= 1.0
 
 
 def damage(export_dir, broken, how, other_kind_dir):

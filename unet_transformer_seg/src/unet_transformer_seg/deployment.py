@@ -309,6 +309,8 @@ def load_model_for_inference(checkpoint: str | Path, backend: str = "torch",
     if backend == "onnx":
         model, cfg = load_exported_model(checkpoint, num_threads)
         cfg.run.device = "cpu"  # onnxruntime runs the graph on the CPU, whatever device the model was trained on
+    elif (Path(checkpoint) / SIDECAR_NAME).is_file():
+        raise CheckpointError(f"{checkpoint} is an ONNX export directory; run it with --backend onnx")
     else:
         model, cfg = load_trained_model(checkpoint)
     apply_num_threads(num_threads if num_threads is not None else cfg.run.num_threads)
