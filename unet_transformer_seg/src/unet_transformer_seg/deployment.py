@@ -148,10 +148,10 @@ def export_onnx(checkpoint: str | Path, out_dir: str | Path, quantize: Optional[
                 opset: int = DEFAULT_OPSET) -> Dict[str, Any]:
     """Export a checkpoint (file or run folder) to out_dir/model.onnx + out_dir/export.json; returns the sidecar,
     which also records the largest |logit difference| against PyTorch on one random training-size batch."""
-    onnx, _ = import_onnx()
     if quantize not in (None, *QUANTIZE_CHOICES):
         raise ConfigError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
     model, cfg = load_trained_model(checkpoint)
+    onnx, _ = import_onnx()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     size = cfg.data.image_size
