@@ -114,9 +114,7 @@ def class_names(cfg: Config) -> Optional[list]:
 
 def describe_export(cfg: Config, precision: str, opset: int, checkpoint: str) -> Dict[str, Any]:
     """The sidecar: what predict.py / eval.py need to run the graph without the training config."""
-    import onnx
-    import onnxruntime
-
+    onnx, onnxruntime = import_onnx()
     return {
         "format": EXPORT_FORMAT,
         "graph": GRAPH_NAME,
