@@ -248,9 +248,9 @@ class OnnxModel(torch.nn.Module):
     """An exported graph behind the PyTorch model's interface: forward(x [B, C, H, W]) -> logits [B, K, H, W]
     float32 on the CPU, H and W multiples of 2**depth (else ShapeError, as the PyTorch model)."""
 
-    def __init__(self, session, in_channels: int, depth: int, precision: str):
+    def __init__(self, session, in_channels: int, depth: int):
         super().__init__()
-        self.session, self.in_channels, self.depth, self.precision = session, in_channels, depth, precision
+        self.session, self.in_channels, self.depth = session, in_channels, depth
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         check_model_input(images, self.in_channels, self.depth)
@@ -282,7 +282,7 @@ def load_exported_model(directory: str | Path, num_threads: Optional[int] = None
     _check_graph(graph, graph_path, sidecar, sidecar_path)
     threads = num_threads if num_threads is not None else cfg.run.num_threads
     session = _session(onnxruntime, graph_path, threads)
-    return OnnxModel(session, cfg.data.in_channels, cfg.model.depth, sidecar["precision"]), cfg
+    return OnnxModel(session, cfg.data.in_channels, cfg.model.depth), cfg
 
 
 # ------------------------------------------------------------------------------------------------- backend choice
