@@ -3,13 +3,15 @@
     python scripts/eval.py --checkpoint runs/RUN/checkpoints/best.pt [--split val|test] [--out metrics.json]
                            [--data-root ROOT] [--save-predictions DIR] [--per-image FILE.csv]
                            [--tiles] [--tile-overlap 0.25] [--tile-batch N] [--tta none|flip] [--batch-size N]
-                           [--device auto|cpu|cuda]
+                           [--device auto|cpu|cuda] [--backend torch|onnx] [--threads N]
 
 Metrics are computed at each image's original size (see docs/results.md for the conventions): pooled mean_dice /
 mean_iou / pixel_accuracy / per_class_*, and per image mean_dice_per_image / mean_iou_per_image / hd95. Prints the
 metrics as JSON; --out also writes them to a file; --save-predictions writes STEM.png (indexed PNG: pixel = class
 id, palette = class colours) and STEM_overlay.png per image; --per-image writes one CSV row per image. The loss is
-train.loss without class weights. --device picks where the model runs, whatever device it was trained on.
+train.loss without class weights. --device picks where the model runs, whatever device it was trained on. With
+--backend onnx, --checkpoint names a directory written by scripts/export.py (its export.json holds the config) and
+onnxruntime runs its graph on the CPU.
 """
 
 import argparse
@@ -18,9 +20,9 @@ from pathlib import Path
 
 from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.errors import ConfigError
-from unet_transformer_seg.inference import InferenceOptions, load_trained_model
+from unet_transformer_seg.deployment import add_backend_arguments, load_model_for_inference
+from unet_transformer_seg.inference import InferenceOptions, model_device
 from unet_transformer_seg.losses import build_loss
-from unet_transformer_seg.runtime import resolve_device
 from unet_transformer_seg.training.evaluate import (
     evaluate, evaluation_split, prediction_writer, write_per_image_csv,
 )
@@ -32,13 +34,15 @@ METRIC_KEYS = ("mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    parser.add_argument("--checkpoint", required=True,
+                        help="checkpoint file or run folder (--backend onnx: export directory)")
     parser.add_argument("--data-root", help="evaluate on this folder dataset instead of the checkpoint's data")
     parser.add_argument("--split", default="val", choices=("val", "test"))
     parser.add_argument("--out", help="write the metrics JSON here")
     parser.add_argument("--save-predictions", metavar="DIR", help="write STEM.png id masks and STEM_overlay.png here")
     parser.add_argument("--per-image", metavar="FILE.csv", help="write per-image pixel accuracy, Dice, IoU, HD95 here")
     InferenceOptions.add_arguments(parser)
+    add_backend_arguments(parser)
     parser.add_argument("--batch-size", type=int, help="images per evaluation batch (default: train.eval_batch_size)")
     return parser.parse_args(argv)
 
@@ -46,8 +50,8 @@ def parse_args(argv=None):
 def main() -> int:
     args = parse_args()
     options = InferenceOptions.from_arguments(args)
-    device = resolve_device(options.device, "--device")
-    model, cfg = load_trained_model(args.checkpoint, device)
+    model, cfg = load_model_for_inference(args.checkpoint, args.backend, args.threads, options.device)
+    device = model_device(model)
     if args.batch_size is not None:
         if args.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")

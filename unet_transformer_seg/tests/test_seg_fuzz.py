@@ -21,7 +21,7 @@ from PIL import Image
 
 from unet_transformer_seg.config import _SECTION_CLASSES, config_from_dict, load_config, read_yaml
 from unet_transformer_seg.data.datasets import FolderDataset
-from unet_transformer_seg.data.image_io import read_image, read_mask
+from unet_transformer_seg.data.image_io import read_image
 from unet_transformer_seg.errors import ConfigError, DataError
 from unet_transformer_seg.inference import Segmenter
 from unet_transformer_seg.labels import IGNORE_LABEL

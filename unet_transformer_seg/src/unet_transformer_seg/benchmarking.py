@@ -4,6 +4,9 @@
   UNetTransformer with explicit and with `sdpa` attention.
 - Evaluation: segmenting random images of a large size (e.g. 1024x1024, 2048x2048) with a model in eval mode,
   tiled (sliding windows of data.image_size, `tiling.py`) against the whole image in one forward pass.
+- Deployment: a trained checkpoint run by PyTorch, by onnxruntime on its fp32 export and on its int8 export
+  (`deployment.py`): images/s at given sizes and thread counts, and mean Dice on a split with its change against
+  PyTorch and the share of pixels labelled alike.
 
 Every measurement runs in a fresh process (spawn), so peak memory is per variant: on CUDA the peak allocated by
 torch, on CPU the process's peak resident set size (ru_maxrss) and its growth over the footprint just before the
@@ -16,17 +19,20 @@ import multiprocessing
 import resource
 import statistics
 import time
+from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 import torch
 
 from .config import load_config
 from .data.datasets import build_split
-from .inference import InferenceOptions, Segmenter
+from .deployment import export_onnx, load_model_for_inference
+from .inference import InferenceOptions, Segmenter, load_trained_model
 from .labels import logits_to_labels
 from .losses import build_loss
 from .models import build_model
 from .runtime import apply_num_threads, resolve_device, seed_everything
+from .training.evaluate import evaluate, evaluation_split
 
 TRAIN_VARIANTS = {
     "unet": ["model.type=unet"],
@@ -40,6 +46,8 @@ EVAL_VARIANTS = {
     "unet_transformer_sdpa_tiled": (["model.type=unet_transformer", "model.attention=sdpa"], True),
     "unet_transformer_sdpa_full_image": (["model.type=unet_transformer", "model.attention=sdpa"], False),
 }
+# deployment benchmark backend -> load_model_for_inference backend
+DEPLOY_BACKENDS = {"torch": "torch", "onnx_fp32": "onnx", "onnx_int8": "onnx"}
 
 
 def _memory_report(device: torch.device, rss_before_kib: int) -> Dict[str, float]:
@@ -102,6 +110,14 @@ def measure_evaluation(config_path, overrides: Sequence[str], tiled: bool, image
     cfg, device = _setup(config_path, overrides)
     cfg.data.resize_mode = "pad"  # windows at native size, as a model trained on windows is predicted
     model = build_model(cfg).to(device).eval()
+    return {**_time_segmentation(model, cfg, device, tiled, image_size, num_images, tile_batch),
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def _time_segmentation(model: torch.nn.Module, cfg, device: torch.device, tiled: bool, image_size: int,
+                       num_images: int, tile_batch: int) -> Dict[str, object]:
+    """images/s and memory of segmenting random image_size x image_size images with `model` (PyTorch or exported):
+    tiled through the Segmenter, or the whole image in one forward pass."""
     generator = torch.Generator().manual_seed(cfg.run.seed)
     images = torch.randn(num_images, cfg.data.in_channels, image_size, image_size, generator=generator)
     segmenter = Segmenter(model, cfg, InferenceOptions(tile_batch=tile_batch))
@@ -121,9 +137,39 @@ def measure_evaluation(config_path, overrides: Sequence[str], tiled: bool, image
         torch.cuda.reset_peak_memory_stats()
     remaining = iter(images)
     elapsed = _timed(device, lambda: segment(next(remaining)), num_images)
-    return {"images_per_s": num_images / elapsed, "seconds_per_image": elapsed / num_images,
-            "parameters": sum(p.numel() for p in model.parameters()), "device": str(device),
+    return {"images_per_s": num_images / elapsed, "seconds_per_image": elapsed / num_images, "device": str(device),
             "threads": torch.get_num_threads(), **_memory_report(device, rss_before_kib)}
+
+
+def measure_deployment(backend: str, model_path: str, tiled: bool, image_size: int, num_images: int,
+                       tile_batch: int, num_threads: int) -> Dict[str, object]:
+    """As measure_evaluation, for a trained model run by `backend`: torch (a checkpoint) or onnx_fp32 / onnx_int8
+    (an export directory), with num_threads torch and onnxruntime intra-op threads."""
+    model, cfg = load_model_for_inference(model_path, DEPLOY_BACKENDS[backend], num_threads)
+    seed_everything(cfg.run.seed)
+    return _time_segmentation(model, cfg, torch.device("cpu"), tiled, image_size, num_images, tile_batch)
+
+
+def measure_deployed_quality(model_paths: Dict[str, str], split: str, num_threads: int) -> Dict[str, object]:
+    """Per backend (name -> checkpoint or export directory, "torch" first): pooled mean_dice on the split of the
+    model's data, its change against torch, and the share of pixels labelled as torch labels them."""
+    torch_labels: Dict[int, torch.Tensor] = {}
+    report = {}
+    for backend, path in model_paths.items():
+        model, cfg = load_model_for_inference(path, DEPLOY_BACKENDS[backend], num_threads)
+        cfg.train.num_workers = 0
+        labels: Dict[int, torch.Tensor] = {}
+        scores = evaluate(model, evaluation_split(cfg, split), cfg, build_loss(cfg.train.loss),
+                          prediction_callback=labels.__setitem__).scores  # labels: index -> [H0, W0]
+        if backend == "torch":
+            torch_labels = labels
+        agreeing = sum(int((labels[i] == torch_labels[i]).sum()) for i in labels)
+        report[backend] = {"mean_dice": scores["mean_dice"], "mean_iou": scores["mean_iou"],
+                           "pixel_accuracy": scores["pixel_accuracy"],
+                           "label_agreement_with_torch": agreeing / sum(v.numel() for v in labels.values())}
+    for backend in report:
+        report[backend]["mean_dice_change"] = report[backend]["mean_dice"] - report["torch"]["mean_dice"]
+    return report
 
 
 def _child(queue, function, args):
@@ -149,7 +195,7 @@ def summarise(runs: Dict[str, List[Dict[str, object]]]) -> Dict[str, Dict[str, o
         summary[name] = {
             "images_per_s": statistics.median(r["images_per_s"] for r in results),
             "images_per_s_all_rounds": [round(r["images_per_s"], 4) for r in results],
-            **{key: first[key] for key in ("parameters", "device", "threads")},
+            **{key: first[key] for key in ("parameters", "device", "threads") if key in first},
             **{key: max(r[key] for r in results) for key in first if key.endswith("_mib")},
         }
     return summary
@@ -178,3 +224,31 @@ def evaluation_benchmark(config_path, overrides: Sequence[str], image_sizes: Seq
                                                image_size, num_images, tile_batch))
         results[str(image_size)] = summarise(runs)
     return {"image_sizes": results}
+
+
+def deployment_benchmark(checkpoints: Sequence[str], export_root: Path, image_sizes: Sequence[int],
+                         thread_counts: Sequence[int], backends: Sequence[str], num_images: int, tile_batch: int,
+                         rounds: int, tiled: bool, split: str) -> Dict[str, object]:
+    """Per checkpoint: export it (fp32 and int8 under export_root/<model kind>/), then images/s of every backend at
+    every size and thread count (interleaved rounds, fresh processes, median) and the Dice change on `split`."""
+    results = {}
+    for checkpoint in checkpoints:
+        kind = load_trained_model(checkpoint)[1].model.type
+        paths = {"torch": str(checkpoint)}
+        for backend, quantize in (("onnx_fp32", None), ("onnx_int8", "int8")):
+            if backend in backends:
+                paths[backend] = str(export_root / kind / backend)
+                export_onnx(checkpoint, paths[backend], quantize)
+        speed = {}
+        for image_size in image_sizes:
+            for threads in thread_counts:
+                runs = {name: [] for name in paths}
+                for _ in range(rounds):
+                    for name, path in paths.items():
+                        runs[name].append(run_isolated(measure_deployment, name, path, tiled, image_size, num_images,
+                                                       tile_batch, threads))
+                speed.setdefault(str(image_size), {})[str(threads)] = summarise(runs)
+        quality = run_isolated(measure_deployed_quality, paths, split, min(thread_counts))
+        results[kind] = {"checkpoint": str(checkpoint), "exports": paths, "quality": quality,
+                         "images_per_s": speed}
+    return {"models": results}

@@ -24,6 +24,10 @@ class CheckpointError(UserError):
     """A checkpoint file is missing, truncated, foreign or unsafe."""
 
 
+class MissingDependencyError(UserError):
+    """An optional dependency is not installed (e.g. the [onnx] extra for export and the onnx backend)."""
+
+
 class ShapeError(UserError):
     """An input given to the model has a shape the model cannot take."""
 

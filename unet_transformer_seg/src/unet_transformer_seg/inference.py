@@ -111,6 +111,13 @@ def load_trained_model(checkpoint: str | Path, device: str | torch.device = "cpu
     return model.to(device).eval(), cfg
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where a model's inputs go: its parameters' device; the CPU for a model without parameters (an exported graph
+    run by onnxruntime, `deployment.OnnxModel`)."""
+    parameter = next(model.parameters(), None)
+    return torch.device("cpu") if parameter is None else parameter.device
+
+
 def probabilities_to_logits(probabilities: torch.Tensor) -> torch.Tensor:
     """[B, K, H, W] probabilities -> logits with those probabilities: log p (K > 1) or log(p / (1 - p)) (K = 1)."""
     if probabilities.shape[1] == 1:
@@ -133,7 +140,8 @@ def flip_tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tenso
 
 
 class Segmenter:
-    """Predicts logits at each image's own size with a trained model (eval mode, no gradients)."""
+    """Predicts logits at each image's own size with a trained model (eval mode, no gradients): a PyTorch module or
+    an exported graph (`deployment.OnnxModel`), through the same windows, flips and resizing."""
 
     def __init__(self, model: torch.nn.Module, cfg: Config, options: InferenceOptions = InferenceOptions()):
         options.check_model(cfg)
@@ -142,7 +150,7 @@ class Segmenter:
         self.windowed = cfg.data.resize_mode != "resize"
         self.tile_batch = options.tile_batch or cfg.train.eval_batch_size
         self.alignment = 2**cfg.model.depth
-        self.device = next(model.parameters()).device
+        self.device = model_device(model)
         self.normalization = Normalization.from_config(cfg.data)
 
     @property

@@ -72,7 +72,7 @@ class MultiHeadAttention(nn.Module):
             scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, h, T, S]
             if mask is not None:
                 scores = scores.masked_fill(~mask, float("-inf"))  # [B, h, T, S]
-            weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout_p)  # [B, h, T, S]
+            weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout_p, training=self.training)  # [B, h, T, S]
             context = torch.matmul(weights, v)  # [B, h, T, d]
         batch, _, length, _ = context.shape
         context = context.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim)  # [B, T, D]

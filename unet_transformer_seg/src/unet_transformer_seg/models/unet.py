@@ -28,6 +28,20 @@ def make_norm(kind: str, channels: int) -> nn.Module:
     return nn.GroupNorm(math.gcd(8, channels), channels)
 
 
+def check_model_input(x: torch.Tensor, in_channels: int, depth: int) -> dict:
+    """Shape check of what a caller passes to a model (PyTorch or exported): x [B, in_channels, H, W] with H, W
+    multiples of 2**depth; a mismatch is the caller's error (ShapeError), not a bug. Returns the bound dims."""
+    dims = assert_shape(x, f"B,{in_channels},H,W", name="model input", error=ShapeError)
+    factor = 2**depth
+    if dims["H"] % factor or dims["W"] % factor:
+        padded_h, padded_w = (math.ceil(size / factor) * factor for size in (dims["H"], dims["W"]))
+        raise ShapeError(
+            f"model input is {dims['H']}x{dims['W']} but height and width must be multiples of 2**depth = "
+            f"{factor} (e.g. {padded_h}x{padded_w}); resize or pad the image"
+        )
+    return dims
+
+
 class ConvBlock(nn.Module):
     """(conv3x3 -> norm -> ReLU) x 2; [B, C_in, H, W] -> [B, C_out, H, W]."""
 
@@ -78,16 +92,7 @@ class UNet(nn.Module):
         self.bottleneck_channels = widths[-1]
 
     def check_input(self, x: torch.Tensor) -> dict:
-        """Shape check of what a caller passes in: a mismatch is the caller's error (ShapeError), not a bug."""
-        dims = assert_shape(x, f"B,{self.in_channels},H,W", name="model input", error=ShapeError)
-        factor = 2**self.depth
-        if dims["H"] % factor or dims["W"] % factor:
-            padded_h, padded_w = (math.ceil(size / factor) * factor for size in (dims["H"], dims["W"]))
-            raise ShapeError(
-                f"model input is {dims['H']}x{dims['W']} but height and width must be multiples of 2**depth = "
-                f"{factor} (e.g. {padded_h}x{padded_w}); resize or pad the image"
-            )
-        return dims
+        return check_model_input(x, self.in_channels, self.depth)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dims = self.check_input(x)
