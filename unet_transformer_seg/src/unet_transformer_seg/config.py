@@ -126,6 +126,7 @@ class TrainConfig:
     accumulate_steps: int = _field(1, min=1)
     num_workers: int = _field(0, min=0)
     log_every: int = _field(20, min=1)
+    val_every_steps: Optional[int] = _field(None, min=1)  # null: validate after every epoch
     loss: str = _field("ce_dice", choices=("ce", "dice", "ce_dice", "bce", "bce_dice"))
     class_weights: Union[str, List[float], None] = _field(None)  # null | auto | [w0, w1, ...]
     dice_include_background: bool = _field(True)

@@ -343,8 +343,20 @@ class Trainer:
             bar.close()
         return True
 
+    def _validation_due(self) -> bool:
+        """Validate after every epoch, or with `train.val_every_steps` once that many steps have passed since the
+        last validation; always after the last epoch."""
+        every = self.cfg.train.val_every_steps
+        last_validated = self.history[-1]["step"] if self.history else 0
+        finished = self.epoch + 1 >= self.num_epochs or self.global_step >= self.total_steps
+        return every is None or finished or self.global_step - last_validated >= every
+
     def _end_epoch(self, seconds: float) -> None:
         cfg = self.cfg
+        if not self._validation_due():  # the train loss keeps accumulating until the next validation
+            self.epoch += 1
+            self.step_in_epoch = 0
+            return
         scores = evaluate(self.eval_model, self.val_set, cfg, self.loss_fn, self.dist).scores
         row = {
             "run_id": self.run_id,
