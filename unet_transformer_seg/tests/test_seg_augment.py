@@ -15,8 +15,8 @@ S = 32
 
 
 def block_masks(batch=3, size=S, block=4):
-    """[B, S, S] masks of block x block squares with ids 0..3 (a different layout per item) and their images: channel 0 is the
-    id itself, so a pixel's image value says which mask id it must carry."""
+    """[B, S, S] masks of block x block squares with ids 0..3 (a different layout per item) and their images: channel 0
+    is the id itself, so a pixel's image value says which mask id it must carry."""
     rng = np.random.default_rng(0)
     blocks = torch.as_tensor(rng.integers(0, 4, size=(batch, size // block, size // block)))
     masks = blocks.repeat_interleave(block, 1).repeat_interleave(block, 2)  # [B, S, S]

@@ -92,7 +92,8 @@ def test_ema_follows_the_warmup_formula_and_averages_buffers():
 
 FEATURES = ("train.ema=true", "model.deep_supervision=true", "train.schedule=poly", "train.max_steps=12",
             "data.augment.rotate_prob=0.5", "data.augment.scale_prob=0.5", "data.augment.noise_prob=0.5",
-            "data.augment.gamma_prob=0.5", "data.augment.blur_prob=0.5", "train.log_every=1", "train.num_plot_images=0")
+            "data.augment.gamma_prob=0.5", "data.augment.blur_prob=0.5", "train.log_every=1",
+            "train.num_plot_images=0")
 
 
 @pytest.mark.slow

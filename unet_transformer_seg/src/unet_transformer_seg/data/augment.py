@@ -79,7 +79,7 @@ def blur(images: torch.Tensor, sigmas: torch.Tensor, radius: int) -> torch.Tenso
 
 
 class BatchAugment:
-    """`data.augment` applied to a training batch: __call__(images [B, C, S, S], masks [B, S, S], rng) -> same shapes."""
+    """`data.augment` on a training batch: __call__(images [B, C, S, S], masks [B, S, S], rng) -> same shapes."""
 
     def __init__(self, settings: AugmentConfig):
         self.settings = settings
