@@ -143,10 +143,11 @@ class SegmentationLoss(nn.Module):
 
 
 def build_loss(name: str, class_weights: Optional[Sequence[float]] = None,
-               dice_include_background: bool = True) -> SegmentationLoss:
+               dice_include_background: bool = True, deep_supervision: bool = False) -> nn.Module:
     """The loss `train.loss` names, with `train.class_weights` (resolved to numbers) and
-    `train.dice_include_background`."""
-    return SegmentationLoss(name, class_weights, dice_include_background)
+    `train.dice_include_background`; wrapped in DeepSupervisionLoss with `model.deep_supervision`."""
+    loss = SegmentationLoss(name, class_weights, dice_include_background)
+    return DeepSupervisionLoss(loss) if deep_supervision else loss
 
 
 

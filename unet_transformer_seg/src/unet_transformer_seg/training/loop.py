@@ -35,7 +35,7 @@ from ..data.augment import BatchAugment, augment_generator
 from ..data.datasets import build_split, class_pixel_counts
 from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
-from ..losses import DeepSupervisionLoss, build_loss
+from ..losses import build_loss
 from ..models import build_model
 from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
 from .distributed import (
@@ -159,9 +159,8 @@ class Trainer:
         self.ema = ModelEMA(self.model, cfg.train.ema_decay) if cfg.train.ema else None
         self.augment = BatchAugment(cfg.data.augment)
         self.class_weights = self._class_weights()
-        self.loss_fn = build_loss(cfg.train.loss, self.class_weights, cfg.train.dice_include_background)
-        if cfg.model.deep_supervision:
-            self.loss_fn = DeepSupervisionLoss(self.loss_fn)
+        self.loss_fn = build_loss(cfg.train.loss, self.class_weights, cfg.train.dice_include_background,
+                                  cfg.model.deep_supervision)
         self.loss_fn.to(self.device)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
