@@ -85,7 +85,7 @@ def measure_training(config_path, overrides: Sequence[str], steps: int, warmup: 
     masks = torch.stack([item[1] for item in batch]).to(device)  # [B, S, S]
     model = build_model(cfg).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
-    loss_fn = build_loss(cfg.train.loss).to(device)
+    loss_fn = build_loss(cfg.train.loss, deep_supervision=cfg.model.deep_supervision).to(device)
 
     def step():
         optimizer.zero_grad(set_to_none=True)

@@ -36,6 +36,34 @@ class RunConfig:
 
 
 @dataclass
+class AugmentConfig:
+    """`data.augment`: spatial and intensity augmentation of training batches, each with its probability per sample
+    (nnU-Net's defaults in docs/configuration.md); all probabilities 0 = flips and 90-degree turns only."""
+
+    scale_prob: float = _field(0.0, min=0.0, max=1.0)
+    scale_range: List[float] = _field([0.75, 1.25])  # zoom factor, uniform; > 1 zooms in
+    rotate_prob: float = _field(0.0, min=0.0, max=1.0)
+    rotate_degrees: float = _field(30.0, min=0.0, max=180.0)  # angle uniform in [-rotate_degrees, rotate_degrees]
+    brightness_prob: float = _field(0.0, min=0.0, max=1.0)
+    brightness_range: List[float] = _field([0.75, 1.25])  # multiplier
+    contrast_prob: float = _field(0.0, min=0.0, max=1.0)
+    contrast_range: List[float] = _field([0.75, 1.25])  # factor around each image's mean
+    gamma_prob: float = _field(0.0, min=0.0, max=1.0)
+    gamma_range: List[float] = _field([0.7, 1.5])  # exponent on the image rescaled to [0, 1]
+    noise_prob: float = _field(0.0, min=0.0, max=1.0)
+    noise_std: float = _field(0.1, min=0.0)  # Gaussian noise, std uniform in [0, noise_std] (normalised units)
+    blur_prob: float = _field(0.0, min=0.0, max=1.0)
+    blur_sigma: List[float] = _field([0.5, 1.0])  # Gaussian blur, sigma in pixels, uniform
+
+    def spatial(self) -> bool:
+        return self.scale_prob > 0 or self.rotate_prob > 0
+
+    def any(self) -> bool:
+        return self.spatial() or any(p > 0 for p in (self.brightness_prob, self.contrast_prob, self.gamma_prob,
+                                                     self.noise_prob, self.blur_prob))
+
+
+@dataclass
 class DataConfig:
     kind: str = _field("toy", choices=("toy", "folder"))
     root: Optional[str] = _field(None)
@@ -65,6 +93,9 @@ class DataConfig:
     std: Union[float, List[float]] = _field(0.25, gt=0.0)
     clip_low: Optional[List[float]] = _field(None)
     clip_high: Optional[List[float]] = _field(None)
+    # share of training windows (pad, random_crop) centred on a random foreground pixel; nnU-Net uses 0.33
+    foreground_fraction: float = _field(0.0, min=0.0, max=1.0)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
 @dataclass
@@ -79,6 +110,8 @@ class ModelConfig:
     dropout: float = _field(0.0, min=0.0, max=0.9)
     attention: str = _field("explicit", choices=("explicit", "sdpa"))
     activation_checkpointing: bool = _field(False)
+    # auxiliary 1x1 heads on the coarser decoder levels in training, loss weights halving per level; off at inference
+    deep_supervision: bool = _field(False)
 
 
 @dataclass
@@ -90,11 +123,15 @@ class TrainConfig:
     lr: float = _field(1e-3, gt=0.0)
     weight_decay: float = _field(1e-4, min=0.0)
     warmup_steps: int = _field(50, min=0)
+    schedule: str = _field("cosine", choices=("cosine", "poly"))  # after warm-up: cosine to 0, or (1 - t)**0.9
+    ema: bool = _field(False)  # validate and save an exponential moving average of the weights
+    ema_decay: float = _field(0.99, gt=0.0, max=0.99999)
     grad_clip: Optional[float] = _field(1.0, gt=0.0)
     amp: bool = _field(False)
     accumulate_steps: int = _field(1, min=1)
     num_workers: int = _field(0, min=0)
     log_every: int = _field(20, min=1)
+    val_every_steps: Optional[int] = _field(None, min=1)  # null: validate after every epoch
     loss: str = _field("ce_dice", choices=("ce", "dice", "ce_dice", "bce", "bce_dice"))
     class_weights: Union[str, List[float], None] = _field(None)  # null | auto | [w0, w1, ...]
     dice_include_background: bool = _field(True)
@@ -183,8 +220,9 @@ def _check_rules(key: str, value: Any, rules: Dict[str, Any]) -> None:
         raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
 
 
-def _build_section(section: str, values: Any):
-    cls = _SECTION_CLASSES[section]
+def _build_section(section: str, values: Any, cls=None):
+    """A section (or a nested group such as `data.augment`) from its mapping; `section` is its dotted name."""
+    cls = cls or _SECTION_CLASSES[section]
     if values is None:
         values = {}
     if not isinstance(values, dict):
@@ -196,6 +234,9 @@ def _build_section(section: str, values: Any):
         full_key = f"{section}.{key}"
         if key not in known:
             raise ConfigError(f"unknown config key '{full_key}' (known keys: {', '.join(known)})")
+        if dataclasses.is_dataclass(hints[key]):
+            kwargs[key] = _build_section(full_key, value, hints[key])
+            continue
         coerced = _coerce(full_key, value, hints[key])
         _check_rules(full_key, coerced, dict(known[key].metadata))
         kwargs[key] = coerced
@@ -234,6 +275,7 @@ def _check_cross_fields(cfg: Config) -> None:
         )
     _check_class_weights(train.class_weights, data.num_classes)
     _check_intensities(data)
+    _check_augment(data.augment)
     if data.palette is not None:
         if len(data.palette) != data.num_classes:
             raise ConfigError(
@@ -261,6 +303,15 @@ def _check_intensities(data: DataConfig) -> None:
     if data.clip_low is not None and not all(low < high for low, high in zip(data.clip_low, data.clip_high)):
         raise ConfigError(f"config key 'data.clip_low' must be below data.clip_high channel by channel, got "
                           f"{data.clip_low} and {data.clip_high}")
+
+
+def _check_augment(augment: AugmentConfig) -> None:
+    """Each `*_range` / `blur_sigma` is [low, high] with 0 < low <= high."""
+    for name in ("scale_range", "brightness_range", "contrast_range", "gamma_range", "blur_sigma"):
+        bounds = getattr(augment, name)
+        if len(bounds) != 2 or not 0 < bounds[0] <= bounds[1] or not all(math.isfinite(b) for b in bounds):
+            raise ConfigError(f"config key 'data.augment.{name}' must be [low, high] with 0 < low <= high, "
+                              f"got {bounds}")
 
 
 def _check_class_weights(weights, num_classes: int) -> None:
@@ -303,22 +354,28 @@ def config_to_dict(cfg: Config) -> Dict[str, Any]:
 
 
 def apply_overrides(raw: Dict[str, Any], overrides: Sequence[str]) -> Dict[str, Any]:
-    """Apply `section.key=value` strings (value parsed as YAML) to a raw config mapping, returning a new mapping."""
+    """Apply `section.key=value` (or `section.group.key=value`, e.g. data.augment.rotate_prob) strings, values parsed
+    as YAML, to a raw config mapping, returning a new mapping."""
     merged = {section: dict(values or {}) for section, values in (raw or {}).items()}
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set expects section.key=value, got {item!r}")
         dotted, text = item.split("=", 1)
         parts = dotted.strip().split(".")
-        if len(parts) != 2 or not all(parts):
+        if len(parts) not in (2, 3) or not all(parts):
             raise ConfigError(f"--set key must look like section.key, got {dotted!r}")
-        section, key = parts
+        section, key = parts[:2]
         if section not in _SECTION_CLASSES:
             raise ConfigError(f"unknown config section '{section}' in --set {item!r}")
         try:
             value = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"--set {dotted}: value {text!r} is not valid YAML ({exc})") from None
+        if len(parts) == 3:
+            group = merged.setdefault(section, {}).get(key)
+            group = dict(group) if isinstance(group, dict) else {}
+            group[parts[2]] = value
+            value = group
         merged.setdefault(section, {})[key] = value
     return merged
 

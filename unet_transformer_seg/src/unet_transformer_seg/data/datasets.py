@@ -190,6 +190,6 @@ def build_split(
     data = cfg.data
     transform = SegmentationTransform(
         data.image_size, Normalization.from_config(data), train, data.resize_mode, data.hflip, data.vflip, data.rot90,
-        resize_for_eval,
+        resize_for_eval, data.foreground_fraction,
     )
     return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed)

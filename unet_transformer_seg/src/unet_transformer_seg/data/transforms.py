@@ -13,6 +13,9 @@ sample's augmentation is a pure function of that generator.
 - `random_crop`: native resolution; an image with a side shorter than S is first scaled up (aspect kept) until it
   covers a window (`cover_size`), then a random S x S window is cut. Evaluation scales the same way, runs sliding
   windows, and resizes the logits back.
+With `foreground_fraction` f > 0 (pad and random_crop), a share f of training windows is centred on a foreground
+pixel (class id > 0) drawn uniformly from the mask (the window shifted to stay inside the image), as nnU-Net's
+oversampling; the rest, and windows of masks without foreground, are placed uniformly.
 """
 
 from __future__ import annotations
@@ -77,28 +80,42 @@ def pad_to_cover(
 
 
 def random_crop(
-    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator
+    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator, foreground_fraction: float = 0.0
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Crop a random size x size window; an image smaller than that is first scaled up (aspect kept) to fit."""
     covering = cover_size(*image.shape[-2:], size)
     image, mask = resize_image(image, covering), resize_mask(mask, covering)
-    return _crop_at_random(image, mask, size, rng)
+    return _crop_at_random(image, mask, size, rng, foreground_fraction)
 
 
 def random_padded_crop(
-    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator
+    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator, foreground_fraction: float = 0.0
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Crop a random size x size window at native resolution, padding sides shorter than size (mask: ignored)."""
     image, mask = pad_to_cover(image, mask, size, rng)
-    return _crop_at_random(image, mask, size, rng)
+    return _crop_at_random(image, mask, size, rng, foreground_fraction)
+
+
+def window_origin(
+    mask: torch.Tensor, size: int, rng: np.random.Generator, foreground_fraction: float = 0.0
+) -> Tuple[int, int]:
+    """(top, left) of a size x size window in mask [H, W] (H, W >= size): with probability `foreground_fraction`
+    centred on a random foreground pixel (id > 0) and shifted inside the mask, else uniform."""
+    height, width = mask.shape
+    if foreground_fraction > 0 and rng.random() < foreground_fraction:
+        foreground = torch.nonzero(mask.reshape(-1) > 0)[:, 0]  # [F] flat indices; IGNORE_LABEL (-1) is not > 0
+        if len(foreground):
+            row, col = divmod(int(foreground[int(rng.integers(len(foreground)))]), width)
+            top = min(max(row - size // 2, 0), height - size)
+            left = min(max(col - size // 2, 0), width - size)
+            return top, left
+    return int(rng.integers(0, height - size + 1)), int(rng.integers(0, width - size + 1))
 
 
 def _crop_at_random(
-    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator
+    image: torch.Tensor, mask: torch.Tensor, size: int, rng: np.random.Generator, foreground_fraction: float
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    height, width = image.shape[-2:]
-    top = int(rng.integers(0, height - size + 1))
-    left = int(rng.integers(0, width - size + 1))
+    top, left = window_origin(mask, size, rng, foreground_fraction)
     return image[:, top : top + size, left : left + size], mask[top : top + size, left : left + size]
 
 
@@ -135,6 +152,7 @@ class SegmentationTransform:
         vflip: bool = False,
         rot90: bool = False,
         resize_for_eval: bool = True,
+        foreground_fraction: float = 0.0,
     ):
         if resize_mode not in RESIZE_MODES:
             raise ValueError(f"unknown resize_mode {resize_mode!r}")
@@ -144,6 +162,7 @@ class SegmentationTransform:
         self.resize_mode = resize_mode
         self.hflip, self.vflip, self.rot90 = hflip, vflip, rot90
         self.resize_for_eval = resize_for_eval
+        self.foreground_fraction = foreground_fraction
 
     def __call__(
         self, image: torch.Tensor, mask: torch.Tensor, rng: Optional[np.random.Generator]
@@ -153,9 +172,9 @@ class SegmentationTransform:
         if not self.train:
             return (resize_image(image, square) if self.resize_for_eval else image), mask
         if self.resize_mode == "random_crop":
-            image, mask = random_crop(image, mask, self.size, rng)
+            image, mask = random_crop(image, mask, self.size, rng, self.foreground_fraction)
         elif self.resize_mode == "pad":
-            image, mask = random_padded_crop(image, mask, self.size, rng)
+            image, mask = random_padded_crop(image, mask, self.size, rng, self.foreground_fraction)
         else:
             image, mask = resize_image(image, square), resize_mask(mask, square)
         return random_flip_rotate(image, mask, rng, self.hflip, self.vflip, self.rot90)

@@ -15,7 +15,7 @@ Losses are computed in float32 also under `train.amp` (the logits are cast first
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -143,8 +143,39 @@ class SegmentationLoss(nn.Module):
 
 
 def build_loss(name: str, class_weights: Optional[Sequence[float]] = None,
-               dice_include_background: bool = True) -> SegmentationLoss:
+               dice_include_background: bool = True, deep_supervision: bool = False) -> nn.Module:
     """The loss `train.loss` names, with `train.class_weights` (resolved to numbers) and
-    `train.dice_include_background`."""
-    return SegmentationLoss(name, class_weights, dice_include_background)
+    `train.dice_include_background`; wrapped in DeepSupervisionLoss with `model.deep_supervision`."""
+    loss = SegmentationLoss(name, class_weights, dice_include_background)
+    return DeepSupervisionLoss(loss) if deep_supervision else loss
 
+
+
+def deep_supervision_weights(levels: int) -> List[float]:
+    """Loss weights of the main output and `levels - 1` auxiliary outputs: halving per level, summing to 1."""
+    raw = [0.5**level for level in range(levels)]
+    return [weight / sum(raw) for weight in raw]
+
+
+class DeepSupervisionLoss(nn.Module):
+    """Wraps a loss for `model.deep_supervision`: forward(outputs, target [B, H, W]) -> loss [].
+
+    `outputs` is the logits [B, K, H, W] alone (eval mode: the wrapped loss) or (logits, [aux [B, K, h_j, w_j]]) from
+    a training forward; each auxiliary output is scored against the target shrunk to its size by nearest neighbour
+    (IGNORE_LABEL stays ignored), weights from `deep_supervision_weights` (1, 1/2, 1/4, ... normalised).
+    """
+
+    def __init__(self, loss: nn.Module):
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, outputs, target: torch.Tensor) -> torch.Tensor:
+        if isinstance(outputs, torch.Tensor):
+            return self.loss(outputs, target)
+        logits, aux = outputs
+        weights = deep_supervision_weights(1 + len(aux))
+        total = weights[0] * self.loss(logits, target)
+        for weight, aux_logits in zip(weights[1:], aux):
+            small = F.interpolate(target[:, None].float(), size=aux_logits.shape[-2:], mode="nearest-exact")
+            total = total + weight * self.loss(aux_logits, small[:, 0].long())
+        return total

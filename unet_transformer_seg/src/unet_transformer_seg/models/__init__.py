@@ -21,6 +21,7 @@ def build_model(cfg: Config) -> UNet:
         base_channels=model_cfg.base_channels,
         depth=model_cfg.depth,
         norm=model_cfg.norm,
+        deep_supervision=model_cfg.deep_supervision,
     )
     if model_cfg.type == "unet":
         return UNet(**common)

@@ -66,9 +66,14 @@ class UNet(nn.Module):
     Level i (0..depth-1) has base_channels * 2**i channels; the bottleneck has base_channels * 2**depth.
     `bottleneck_transform` maps the bottleneck features [B, C_b, H/2**depth, W/2**depth] to the same shape
     (identity here; a transformer in UNetTransformer).
+
+    With `deep_supervision`, 1x1 heads on the depth-1 coarser decoder levels also give logits there, in training mode
+    only: forward returns (logits [B, K, H, W], [aux logits [B, K, H/2, W/2], [B, K, H/4, W/4], ...]). In eval mode
+    (validation, evaluation, prediction, export) forward returns the logits alone, as without it.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, base_channels: int = 16, depth: int = 3, norm="batch"):
+    def __init__(self, in_channels: int, out_channels: int, base_channels: int = 16, depth: int = 3, norm="batch",
+                 deep_supervision: bool = False):
         super().__init__()
         self.in_channels = in_channels
         self.out_channels = out_channels
@@ -89,12 +94,16 @@ class UNet(nn.Module):
             ConvBlock(2 * widths[level], widths[level], norm) for level in reversed(range(depth))
         )
         self.head = nn.Conv2d(widths[0], out_channels, 1)
+        # finest first: level depth-2 (H/2) ... level 0's decoder is the main head's input
+        self.aux_heads = nn.ModuleList(
+            nn.Conv2d(widths[level], out_channels, 1) for level in range(1, depth)
+        ) if deep_supervision else None
         self.bottleneck_channels = widths[-1]
 
     def check_input(self, x: torch.Tensor) -> dict:
         return check_model_input(x, self.in_channels, self.depth)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor):
         dims = self.check_input(x)
         skips = []
         for encoder in self.encoders:
@@ -102,12 +111,18 @@ class UNet(nn.Module):
             skips.append(x)
             x = self.pool(x)  # [B, C_i, H/2**(i+1), W/2**(i+1)]
         x = self.bottleneck_transform(self.bottleneck(x))  # [B, C_b, H/2**depth, W/2**depth]
+        decoded = []
         for upsample, decoder, skip in zip(self.upsamplers, self.decoders, reversed(skips)):
             upsampled = upsample(x)  # [B, C_i, H/2**i, W/2**i] from [B, C_{i+1}, H/2**(i+1), W/2**(i+1)]
             x = decoder(torch.cat([upsampled, skip], dim=1))  # [B, 2*C_i, ...] -> [B, C_i, H/2**i, W/2**i]
+            decoded.append(x)
         logits = self.head(x)  # [B, K, H, W]
         assert_shape(logits, f"B,{self.out_channels},H,W", name="model logits", dims=dims)
-        return logits
+        if self.aux_heads is None or not self.training:
+            return logits
+        # decoded[-2] is level 1 (H/2), decoded[0] level depth-1; aux_heads[j] serves level j + 1
+        aux = [head(decoded[-2 - j]) for j, head in enumerate(self.aux_heads)]  # [B, K, H/2**(j+1), W/2**(j+1)]
+        return logits, aux
 
 
 class UNetTransformer(UNet):
@@ -126,8 +141,9 @@ class UNetTransformer(UNet):
         dropout: float = 0.0,
         attention: str = "explicit",
         activation_checkpointing: bool = False,
+        deep_supervision: bool = False,
     ):
-        super().__init__(in_channels, out_channels, base_channels, depth, norm)
+        super().__init__(in_channels, out_channels, base_channels, depth, norm, deep_supervision)
         self.bottleneck_transform = TransformerBottleneck(
             self.bottleneck_channels, transformer_layers, num_heads, mlp_ratio, dropout, attention,
             activation_checkpointing,

@@ -1,5 +1,9 @@
-"""The training loop: AdamW, linear warmup then cosine decay, gradient clipping, torch.amp, gradient accumulation,
-optional activation checkpointing / torch.compile / DistributedDataParallel, validation every epoch, exact resume.
+"""The training loop: AdamW, linear warmup then cosine or poly decay, gradient clipping, torch.amp, gradient
+accumulation, batched augmentation (`data.augment`), deep supervision, an EMA of the weights, optional activation
+checkpointing / torch.compile / DistributedDataParallel, validation every epoch, exact resume.
+
+The budget is `train.max_steps` optimizer steps when set (the number of epochs derived from it, so a small set is not
+starved), else `train.epochs` epochs; the first log line says which.
 
 Batch order is a pure function of (seed, epoch) (DistributedSampler with drop_last) and augmentation a pure function
 of (seed, epoch, index), so resuming only needs the position (epoch, step within epoch) plus the model, optimizer,
@@ -22,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -31,7 +35,9 @@ from tqdm import tqdm
 from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from ..checks import install_nonfinite_hooks
 from ..config import Config, config_to_dict, save_config
+from ..data.augment import BatchAugment, augment_generator
 from ..data.datasets import base_dataset, build_split, class_pixel_counts
+from ..data.image_io import display_image
 from ..data.normalization import COUNTED_MODES, count_statistics, describe
 from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
@@ -42,9 +48,11 @@ from .distributed import (
     DistInfo, all_reduce_sum, average_float_buffers, barrier, broadcast_object, gather_objects, init_distributed,
     max_weight_difference_across_ranks, rank_seed, shutdown_distributed,
 )
+from .ema import ModelEMA
 from .evaluate import evaluate, evaluation_split
-from .plots import plot_curves, plot_samples
+from .plots import plot_augmentation_preview, plot_curves, plot_samples
 from .run_folder import LOGGER_NAME, close_logger, create_run_dir, setup_logger, write_history
+from .schedules import lr_factor
 
 
 RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "history",
@@ -69,16 +77,15 @@ def auto_class_weights(pixel_counts: torch.Tensor) -> List[float]:
     return (weights / weights.mean()).tolist()
 
 
-def warmup_cosine(warmup_steps: int, total_steps: int):
-    """Multiplier of the base lr: linear from 1/warmup to 1 over warmup_steps, then cosine down to 0 at total_steps."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
+def training_budget(epochs: int, max_steps: Optional[int], steps_per_epoch: int) -> Tuple[int, int, str]:
+    """(total optimizer steps, number of epochs, a sentence for the log): `max_steps` when set, with the epochs
+    derived from it (the last one may be partial), else `epochs` whole epochs."""
+    if max_steps is not None:
+        num_epochs = math.ceil(max_steps / steps_per_epoch)
+        return max_steps, num_epochs, (f"budget: train.max_steps = {max_steps} steps = {num_epochs} epochs of "
+                                       f"{steps_per_epoch} steps (train.epochs not used)")
+    total = epochs * steps_per_epoch
+    return total, epochs, f"budget: train.epochs = {epochs} epochs of {steps_per_epoch} steps = {total} steps"
 
 
 def epoch_micro_batches(
@@ -154,18 +161,20 @@ class Trainer:
                 f"training set of {len(self.train_set)} images is too small for one step of train.batch_size "
                 f"{cfg.train.batch_size} x train.accumulate_steps {cfg.train.accumulate_steps} x {world} process(es)"
             )
-        self.total_steps = cfg.train.epochs * self.steps_per_epoch
-        if cfg.train.max_steps is not None:
-            self.total_steps = min(self.total_steps, cfg.train.max_steps)
+        self.total_steps, self.num_epochs, self.budget_note = training_budget(
+            cfg.train.epochs, cfg.train.max_steps, self.steps_per_epoch)
         self.model = self._build_model()
+        self.ema = ModelEMA(self.model, cfg.train.ema_decay) if cfg.train.ema else None
+        self.augment = BatchAugment(cfg.data.augment)
         self.class_weights = self._class_weights()
-        self.loss_fn = build_loss(cfg.train.loss, self.class_weights, cfg.train.dice_include_background)
+        self.loss_fn = build_loss(cfg.train.loss, self.class_weights, cfg.train.dice_include_background,
+                                  cfg.model.deep_supervision)
         self.loss_fn.to(self.device)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.train.lr, weight_decay=cfg.train.weight_decay
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, warmup_cosine(cfg.train.warmup_steps, self.total_steps)
+            self.optimizer, lr_factor(cfg.train.schedule, cfg.train.warmup_steps, self.total_steps)
         )
         self.use_amp = cfg.train.amp and self.device.type == "cuda"
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.use_amp)
@@ -181,6 +190,11 @@ class Trainer:
         self.history: List[Dict] = []
         self.best_score = -math.inf
         self.epoch_loss = [0.0, 0]
+
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        """The weights validation, best.pt and inference use: the EMA with `train.ema`, else the trained model."""
+        return self.ema.model if self.ema is not None else self.model
 
     def _build_model(self) -> torch.nn.Module:
         cfg = self.cfg
@@ -242,7 +256,10 @@ class Trainer:
         if missing:
             raise CheckpointError(f"cannot resume from {self.resume_path}: it lacks {', '.join(missing)}")
         try:
-            self.model.load_state_dict(state["model"])
+            # with train.ema the checkpoint's `model` is the average and `train_weights` the trained weights
+            self.model.load_state_dict(state.get("train_weights", state["model"]))
+            if self.ema is not None:
+                self.ema.load_state_dict(state["model"])
         except RuntimeError as exc:
             raise CheckpointError(f"weights in {self.resume_path} do not fit the config: {exc}") from None
         self.optimizer.load_state_dict(state["optimizer"])
@@ -259,7 +276,8 @@ class Trainer:
     def checkpoint_state(self, rng_states: List[Dict]) -> Dict:
         """Everything a checkpoint holds; `rng_states`: the RNG states of every rank, in rank order."""
         return {
-            "model": self.model.state_dict(),
+            "model": self.eval_model.state_dict(),
+            **({"train_weights": self.model.state_dict()} if self.ema is not None else {}),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
@@ -293,12 +311,14 @@ class Trainer:
         for micro in range(accumulate):
             images, masks = next(batches)
             images, masks = images.to(self.device), masks.to(self.device)
+            rng = augment_generator(cfg.run.seed, self.global_step, micro, self.dist.rank)
+            images, masks = self.augment(images, masks, rng)  # [B, C, S, S], [B, S, S]
             last_micro = micro == accumulate - 1
             no_sync = self.ddp_model.no_sync() if self.ddp_model is not None and not last_micro else None
             with no_sync or contextlib.nullcontext():
                 with torch.autocast(device_type=self.device.type, enabled=self.use_amp):
-                    logits = self.train_model(images)  # [B, K, S, S]
-                    loss = self.loss_fn(logits, masks)  # [] float32
+                    outputs = self.train_model(images)  # logits [B, K, S, S] (and auxiliary logits)
+                    loss = self.loss_fn(outputs, masks)  # [] float32
                 self.scaler.scale(loss / accumulate).backward()
             step_loss += loss.detach() / accumulate
         if cfg.train.grad_clip is not None:
@@ -307,6 +327,8 @@ class Trainer:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update(self.model, self.global_step + 1)
         return step_loss
 
     # ----- epoch -----
@@ -358,10 +380,25 @@ class Trainer:
             bar.close()
         return True
 
+    def _validation_due(self) -> bool:
+        """Validate after every epoch, or with `train.val_every_steps` once that many steps have passed since the
+        last validation; always after the last epoch."""
+        every = self.cfg.train.val_every_steps
+        last_validated = self.history[-1]["step"] if self.history else 0
+        finished = self.epoch + 1 >= self.num_epochs or self.global_step >= self.total_steps
+        return every is None or finished or self.global_step - last_validated >= every
+
     def _end_epoch(self, seconds: float) -> None:
         cfg = self.cfg
-        average_float_buffers(self.model, self.dist)  # one model on every rank: the one best.pt / last.pt hold
-        scores = evaluate(self.model, self.val_set, cfg, self.loss_fn, self.dist).scores
+        if not self._validation_due():  # the train loss keeps accumulating until the next validation
+            self.epoch += 1
+            self.step_in_epoch = 0
+            return
+        # one model on every rank: the one best.pt / last.pt hold (the EMA copy's statistics too)
+        average_float_buffers(self.model, self.dist)
+        if self.ema is not None:
+            average_float_buffers(self.eval_model, self.dist)
+        scores = evaluate(self.eval_model, self.val_set, cfg, self.loss_fn, self.dist).scores
         row = {
             "run_id": self.run_id,
             "model_type": cfg.model.type,
@@ -403,11 +440,25 @@ class Trainer:
         count = min(self.cfg.train.num_plot_images, len(self.val_set))
         if count == 0 or not self.dist.is_main:
             return
-        segmenter = Segmenter(self.model.eval(), self.cfg)
+        segmenter = Segmenter(self.eval_model.eval(), self.cfg)
         samples = [self.val_set.base[index] for index in range(count)]  # (image [C, H0, W0] in [0, 1], mask)
         predictions = [segmenter.segment(image) for image, _ in samples]
         plot_samples([image for image, _ in samples], [mask for _, mask in samples], predictions,
                      self.run_dir / "plots" / "predictions.png", self.cfg.data.num_classes)
+
+    def _plot_augmentation(self) -> None:
+        """plots/augmentation.png: the first training windows as the model sees them in step 1 (crops, flips and
+        `data.augment`), image over mask."""
+        count = min(8, self.cfg.train.batch_size, len(self.train_set))
+        if count == 0 or not self.dist.is_main:
+            return
+        self.train_set.set_epoch(0)
+        indices = epoch_micro_batches(len(self.train_set), count, 1, self.cfg.run.seed, 0, self.dist)[0]
+        images = torch.stack([self.train_set[index][0] for index in indices])  # [n, C, S, S] normalised
+        masks = torch.stack([self.train_set[index][1] for index in indices])  # [n, S, S]
+        images, masks = self.augment(images, masks, augment_generator(self.cfg.run.seed, 0, 0, 0))
+        shown = torch.stack([display_image(image) for image in images])  # [n, 3, S, S] stretched to [0, 1]
+        plot_augmentation_preview(shown, masks, self.run_dir / "plots" / "augmentation.png", self.cfg.data.num_classes)
 
     def run(self) -> TrainResult:
         cfg = self.cfg
@@ -430,6 +481,8 @@ class Trainer:
                     f"{len(self.train_set)} train / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
                     f"epoch, {self.total_steps} steps, {self.dist.world_size} process(es)"
                 )
+                self.logger.info(self.budget_note)
+                self._plot_augmentation()
             if self.intensity_statistics is not None:
                 self.logger.info(f"intensity statistics of the {len(self.train_set)} training images "
                                  f"({cfg.data.normalize}): {describe(self.intensity_statistics)}")
@@ -441,7 +494,7 @@ class Trainer:
                 self.logger.info(f"class weights [{weights}] ({source})")
             torch.autograd.set_detect_anomaly(cfg.train.detect_anomaly)
             with StopSignal() as stop:
-                while self.epoch < cfg.train.epochs and self.global_step < self.total_steps:
+                while self.epoch < self.num_epochs and self.global_step < self.total_steps:
                     started = time.time()
                     if not self._train_epoch(stop):
                         name = signal.Signals(stop.signal_number).name if stop.signal_number else "a signal"

@@ -69,3 +69,20 @@ def plot_samples(
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_augmentation_preview(images: torch.Tensor, masks: torch.Tensor, path: Path, num_classes: int) -> None:
+    """images [n, 3, S, S] in display range [0, 1] (`display_image`), masks [n, S, S] -> two rows: the images over their masks (ignored
+    pixels white), so that a misaligned mask shows at a glance."""
+    plt = _pyplot()
+    count = images.shape[0]
+    fig, axes = plt.subplots(2, count, figsize=(1.6 * count, 3.4), squeeze=False)
+    for col in range(count):
+        axes[0, col].imshow(images[col].clamp(0, 1).permute(1, 2, 0).cpu().numpy())
+        axes[1, col].imshow(colourize(masks[col], num_classes))
+        for row in range(2):
+            axes[row, col].set_axis_off()
+    fig.suptitle("training windows after augmentation (image / mask)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
