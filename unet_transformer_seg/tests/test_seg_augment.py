@@ -128,7 +128,7 @@ def test_pad_and_random_crop_windows_hit_foreground_at_the_configured_rate(mode)
     mask[50:52, 75:77] = 1  # a uniform 16 x 16 window covers it with probability 1.7 %
     mask[0, :] = IGNORE_LABEL  # ignored pixels are not foreground
     image = torch.rand(3, 60, 80)
-    transform = SegmentationTransform(16, 0.5, 0.25, train=True, resize_mode=mode, foreground_fraction=0.33)
+    transform = SegmentationTransform(16, lambda x: (x - 0.5) / 0.25, train=True, resize_mode=mode, foreground_fraction=0.33)
     rng = np.random.default_rng(3)
     windows = [transform(image, mask, rng)[1] for _ in range(1000)]
     assert all(tuple(window.shape) == (16, 16) for window in windows)

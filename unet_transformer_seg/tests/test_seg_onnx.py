@@ -14,7 +14,7 @@ from unet_transformer_seg.checkpointing import save_checkpoint
 from unet_transformer_seg.config import config_to_dict, load_config
 from unet_transformer_seg.data.image_io import image_to_uint8, read_image, read_mask, write_png
 from unet_transformer_seg.data.toy_shapes import ToyShapesDataset
-from unet_transformer_seg.data.transforms import normalize
+from unet_transformer_seg.data.normalization import Normalization
 from unet_transformer_seg.deployment import (
     GRAPH_NAME, SIDECAR_NAME, export_onnx, import_onnx, load_exported_model, load_model_for_inference,
 )
@@ -38,7 +38,7 @@ def tiny_trained_checkpoint(path, model_type):
     torch.manual_seed(0)
     cfg = load_config(None, TINY_OVERRIDES + [f"model.type={model_type}", "data.test_size=6"])
     dataset = ToyShapesDataset(8, 16, seed=0, max_shapes=2)
-    images = normalize(torch.stack([dataset[i][0] for i in range(8)]), cfg.data.mean, cfg.data.std)
+    images = Normalization.from_config(cfg.data)(torch.stack([dataset[i][0] for i in range(8)]))
     masks = torch.stack([dataset[i][1] for i in range(8)])
     model, loss_fn = build_model(cfg), build_loss("ce_dice")
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -76,7 +76,7 @@ def toy_images(size, count=6):
 def predictions(model, cfg, images, tiled, tta="none"):
     """logits [B, K, H, W] at the images' size: sliding windows through the Segmenter, or the whole image in one
     forward pass (padded to a multiple of 2**depth)."""
-    inputs = normalize(images, cfg.data.mean, cfg.data.std)
+    inputs = Normalization.from_config(cfg.data)(images)
     size = tuple(images.shape[-2:])
     if tiled:
         segmenter = Segmenter(model, cfg, InferenceOptions(tiles=True, tile_batch=4, tta=tta))
