@@ -34,9 +34,10 @@ SIZES = ((16, 16), (40, 56))  # one training window; larger, not a window multip
 
 
 def tiny_trained_checkpoint(path, model_type):
-    """A tiny model trained 40 AdamW steps on toy shapes (so its labels are decided by margins, not ties)."""
+    """A tiny model trained 40 AdamW steps on toy shapes (so its labels are decided by margins, not ties), as a
+    `pad` model: it predicts with sliding windows at native size."""
     torch.manual_seed(0)
-    cfg = load_config(None, TINY_OVERRIDES + [f"model.type={model_type}", "data.test_size=6"])
+    cfg = load_config(None, TINY_OVERRIDES + [f"model.type={model_type}", "data.test_size=6", "data.resize_mode=pad"])
     dataset = ToyShapesDataset(8, 16, seed=0, max_shapes=2)
     images = Normalization.from_config(cfg.data)(torch.stack([dataset[i][0] for i in range(8)]))
     masks = torch.stack([dataset[i][1] for i in range(8)])
