@@ -78,20 +78,23 @@ def test_every_cli_takes_the_shared_decoding_options(script, capsys):
 # Exported toy checkpoints (slow: training, tracing, onnxruntime sessions)
 
 
-def _train_toy(folder, model_type: str):
+def _train_toy(folder, kind: str):
+    """kind: paraformer, paraformer_ctc (the CTC token extractor) or transformer_ar."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.training.loop import train
 
     raw = tiny_raw_config(str(folder))
-    raw["model"]["type"] = model_type
-    raw["train"]["epochs"] = 3
+    raw["model"]["type"] = "transformer_ar" if kind == "transformer_ar" else "paraformer"
+    if kind == "paraformer_ctc":
+        raw["model"].update(predictor="ctc", ctc_weight=0.5, predictor_bias=0)
+    raw["train"]["epochs"] = 12 if kind == "paraformer_ctc" else 3  # the CTC head needs a few epochs to emit
     return train(config_from_dict(raw)) / "checkpoints" / "best.pt"
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """{kind: (checkpoint, fp32 export folder)} for a trained toy Paraformer and AR baseline (the AR one exported
-    through scripts/export.py)."""
+    """{kind: (checkpoint, fp32 export folder)} for a trained toy Paraformer (CIF and CTC token extractors) and AR
+    baseline (the AR one exported through scripts/export.py)."""
     if not HAS_ORT:
         pytest.skip("the optional [onnx] extra is not installed")
     from paraformer_asr.cli import run_main
@@ -99,9 +102,9 @@ def exported(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("onnx")
     out = {}
-    for kind in ("paraformer", "transformer_ar"):
+    for kind in ("paraformer", "paraformer_ctc", "transformer_ar"):
         checkpoint, folder = _train_toy(root / f"runs_{kind}", kind), root / f"export_{kind}"
-        if kind == "paraformer":
+        if kind != "transformer_ar":
             export_checkpoint(checkpoint, folder)
         else:
             assert run_main(load_script("export").main, ["--checkpoint", str(checkpoint.parents[1]), "--out",
@@ -124,14 +127,19 @@ def _both(exported, kind: str):
 
 @pytest.mark.slow
 @needs_onnx
-def test_exported_paraformer_matches_pytorch(exported):
-    torch_model, onnx_model, batch = _both(exported, "paraformer")
+@pytest.mark.parametrize("kind, predictor", [("paraformer", "cif"), ("paraformer_ctc", "ctc")])
+def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
+    torch_model, onnx_model, batch = _both(exported, kind)
+    assert torch_model.cfg.model.predictor == predictor
+    assert json.loads((exported[kind][1] / "export.json").read_text())["graphs"][f"predictor_{predictor}"]
     with torch.no_grad():
-        logits, cif = torch_model.model.forward(batch.features, batch.feat_mask)
-    onnx_logits, onnx_cif = onnx_model.model.forward(batch.features, batch.feat_mask)
-    assert onnx_logits.shape == logits.shape and logits.shape[0] == 16
+        logits, extraction = torch_model.model.forward(batch.features, batch.feat_mask)
+    onnx_logits, onnx_extraction = onnx_model.model.forward(batch.features, batch.feat_mask)
+    assert onnx_logits.shape == logits.shape and logits.shape[0] == 16 and logits.shape[1] > 0
     assert float((onnx_logits - logits).abs().max()) < LOGIT_TOLERANCE
-    assert torch.equal(onnx_cif.num_tokens, cif.num_tokens) and torch.equal(onnx_cif.fire_frames, cif.fire_frames)
+    assert torch.equal(onnx_extraction.num_tokens, extraction.num_tokens)
+    for expected, got in zip(torch_model.model.token_spans(extraction), onnx_model.model.token_spans(onnx_extraction)):
+        assert torch.allclose(got, expected, atol=1e-4)  # token times, in encoder frames
     for method in ("greedy", "beam"):
         if method == "greedy":
             expected, got = (m.model.greedy_decode(batch.features, batch.feat_mask) for m in (torch_model, onnx_model))

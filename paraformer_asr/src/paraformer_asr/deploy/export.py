@@ -101,12 +101,11 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, quantize: str | N
             else:
                 shutil.copyfile(traced, out / name)
             graphs[spec.name] = name
-    predictor = getattr(loaded.model, "predictor", None)
     sidecar = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "model_kind": model_kind, "predictor": predictor_kind,
         "precision": quantize or "fp32", "opset": OPSET, "graphs": graphs,
         "input_dim": loaded.input_dim, "sample_rate": loaded.cfg.data.sample_rate,
-        "alpha_scale": float(predictor.alpha_scale) if predictor is not None else None,
+        "alpha_scale": float(loaded.model.predictor.alpha_scale) if predictor_kind == "cif" else None,
         "config": state["config"], "tokenizer": state["tokenizer"], "normalizer": state.get("normalizer"),
         "source_checkpoint": str(loaded.path),
         "versions": {"paraformer_asr": paraformer_asr.__version__, "torch": torch.__version__, **versions},

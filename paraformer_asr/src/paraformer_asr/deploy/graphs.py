@@ -1,8 +1,9 @@
 """The modules that are exported as ONNX graphs: each wraps part of a trained model with plain tensor inputs and
 outputs (names and shapes in docs/tensor_contracts.md, "Exported graphs").
 
-Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``. The predictor is its own graph so that another token
-extractor is one more entry of :data:`PREDICTOR_GRAPHS` with the same inputs and outputs. AR baseline: ``encoder``,
+Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``. The predictor (the token extractor, ``model.predictor``) is
+its own graph: ``predictor_cif`` or ``predictor_ctc``, the entries of :data:`PREDICTOR_GRAPHS`, both taking
+(encoder_out, enc_mask) and giving token embeddings over a fixed number of slots with the token counts. AR baseline: ``encoder``,
 ``cross_kv`` (the cross-attention keys/values, projected once per utterance) and ``decoder_step`` (one token with
 the self-attention key/value cache as inputs and outputs); the search loops stay in Python (decode/ar_search.py).
 """
@@ -17,6 +18,7 @@ import torch.nn as nn
 
 from paraformer_asr.models.ar_model import DecoderCache, TransformerAR
 from paraformer_asr.models.cif import CifPredictor, dense_cif_integrate, inference_token_count
+from paraformer_asr.models.ctc_extractor import CtcTokenExtractor
 from paraformer_asr.models.paraformer import Paraformer
 
 
@@ -50,10 +52,12 @@ class CifPredictorGraph(nn.Module):
     fire_frames [B, S] long; S = T' x ceil(alpha_scale / threshold) token slots, enough for any count (each
     alpha < 1), so no shape depends on the data. The caller keeps the first max(num_tokens) slots."""
 
-    def __init__(self, predictor: CifPredictor):
+    outputs = ("alphas", "integrated_alphas", "embeddings", "num_tokens", "fire_frames")
+
+    def __init__(self, model: Paraformer):
         super().__init__()
-        self.predictor = predictor
-        self.slots_per_frame = max(1, math.ceil(float(predictor.alpha_scale) / predictor.threshold))
+        self.predictor: CifPredictor = model.predictor
+        self.slots_per_frame = max(1, math.ceil(float(self.predictor.alpha_scale) / self.predictor.threshold))
 
     def forward(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor):
         alphas = self.predictor.predict_alphas(encoder_out, enc_mask)  # [B, T']
@@ -64,9 +68,29 @@ class CifPredictorGraph(nn.Module):
         return alphas, integrated, embeddings, num_tokens, fire_frames
 
 
-# model.predictor (the token extractor) -> its graph module; every one takes (encoder_out, enc_mask) and returns
-# (alphas, integrated_alphas, embeddings, num_tokens, fire_frames) as CifPredictorGraph does.
-PREDICTOR_GRAPHS = {"cif": lambda model: CifPredictorGraph(model.predictor)}
+class CtcPredictorGraph(nn.Module):
+    """The CTC token extraction at inference (models/ctc_extractor.py, the merged greedy path of the model's CTC
+    head): encoder_out [B, T', D], enc_mask [B, T'] bool -> frame_weights [B, T'] (posterior of not-blank),
+    frame_tokens [B, T'] long, embeddings [B, S, D], num_tokens [B] long, frame_starts / frame_ends [B, S] long;
+    S = T' slots (a token holds at least one frame). The caller keeps the first max(num_tokens) slots."""
+
+    outputs = ("frame_weights", "frame_tokens", "embeddings", "num_tokens", "frame_starts", "frame_ends")
+
+    def __init__(self, model: Paraformer):
+        super().__init__()
+        self.ctc = model.ctc
+        self.predictor: CtcTokenExtractor = model.predictor
+
+    def forward(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor):
+        log_probs = self.ctc(encoder_out)  # [B, T', V]
+        extraction = self.predictor.greedy(encoder_out, enc_mask, log_probs, width=encoder_out.shape[1])
+        return (extraction.frame_weights, extraction.frame_tokens, extraction.embeddings, extraction.num_tokens,
+                extraction.frame_starts, extraction.frame_ends)
+
+
+# model.predictor (the token extractor) -> its graph module; every one takes (encoder_out, enc_mask) and returns its
+# ``outputs``, among them embeddings [B, S, D] and num_tokens [B] (deploy/runtime.py reads them back)
+PREDICTOR_GRAPHS = {"cif": CifPredictorGraph, "ctc": CtcPredictorGraph}
 
 
 class NarDecoderGraph(nn.Module):
@@ -130,11 +154,12 @@ def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif")
     """encoder, predictor_<predictor> (:data:`PREDICTOR_GRAPHS`) and decoder."""
     encoder, encoder_out, enc_mask = _encoder_spec(model, input_dim)
     enc_axes = {"encoder_out": {0: BATCH, 1: ENC_FRAMES}, "enc_mask": {0: BATCH, 1: ENC_FRAMES}}
-    slots = {0: BATCH, 1: "token_slots"}
-    predictor_spec = GraphSpec(f"predictor_{predictor}", PREDICTOR_GRAPHS[predictor](model), (encoder_out, enc_mask),
-                               enc_axes, {"alphas": {0: BATCH, 1: ENC_FRAMES},
-                                          "integrated_alphas": {0: BATCH, 1: ENC_FRAMES}, "embeddings": slots,
-                                          "num_tokens": {0: BATCH}, "fire_frames": slots}, quantize=False)
+    graph = PREDICTOR_GRAPHS[predictor](model)
+    per_frame, per_slot = {0: BATCH, 1: ENC_FRAMES}, {0: BATCH, 1: "token_slots"}
+    axes = {"num_tokens": {0: BATCH}, "embeddings": per_slot, "fire_frames": per_slot, "frame_starts": per_slot,
+            "frame_ends": per_slot}
+    predictor_spec = GraphSpec(f"predictor_{predictor}", graph, (encoder_out, enc_mask), enc_axes,
+                               {name: axes.get(name, per_frame) for name in graph.outputs}, quantize=False)
     tokens = 5
     embeddings = torch.randn(2, tokens, encoder_out.shape[2])  # [B, N, D]
     token_mask = torch.ones(2, tokens, dtype=torch.bool)

@@ -18,6 +18,7 @@ from paraformer_asr.checks import check_finite, lengths_to_mask
 from paraformer_asr.config import Config, ModelConfig, config_from_dict
 from paraformer_asr.data.frontend import FeatureNormalizer
 from paraformer_asr.data.tokenizer import tokenizer_from_dict
+from paraformer_asr.deploy.graphs import PREDICTOR_GRAPHS
 from paraformer_asr.deploy.export import FORMAT, FORMAT_VERSION, KIND_KEY, OPSET, PRECISIONS, ROLE_KEY, SIDECAR
 from paraformer_asr.deploy.onnx_extra import require_onnx
 from paraformer_asr.errors import CheckpointError, ConfigError
@@ -25,7 +26,8 @@ from paraformer_asr.inference import LoadedModel
 from paraformer_asr.models.ar_model import ArDecoding
 from paraformer_asr.models.cif import CifOutput
 from paraformer_asr.models.encoder import check_encodable, subsampled_lengths
-from paraformer_asr.models.paraformer import ParaformerDecoding
+from paraformer_asr.models.ctc_extractor import CtcExtraction
+from paraformer_asr.models.paraformer import ParaformerDecoding, TokenExtraction
 
 GRAPH_ROLES = {"paraformer": ("encoder", "predictor", "decoder"),
                "transformer_ar": ("encoder", "cross_kv", "decoder_step")}
@@ -92,23 +94,32 @@ class ExportedModel:
 
 
 class OnnxParaformer(ExportedModel, ParaformerDecoding):
-    """The exported Paraformer: encoder -> predictor (the sidecar's ``predictor``: ``predictor_cif``) -> decoder
-    graphs; decoding as the PyTorch model's."""
+    """The exported Paraformer: encoder -> predictor (the sidecar's ``predictor``: ``predictor_cif`` or
+    ``predictor_ctc``) -> decoder graphs; decoding as the PyTorch model's."""
 
-    def forward(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, CifOutput]:
-        """Inference pass: -> (logits [B, N, V], cif), N = max(num_tokens)."""
+    def forward(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, TokenExtraction]:
+        """Inference pass: -> (logits [B, N, V], extraction), N = max(num_tokens)."""
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        alphas, integrated, embeddings, num_tokens, fire_frames = self.graphs["predictor"](
-            encoder_out=encoder_out, enc_mask=enc_mask)  # embeddings [B, S, D] over S >= N slots
+        outputs = dict(zip(PREDICTOR_GRAPHS[self.cfg.predictor].outputs,
+                           self.graphs["predictor"](encoder_out=encoder_out, enc_mask=enc_mask)))
+        num_tokens = outputs["num_tokens"]  # [B]
         width = int(num_tokens.max()) if num_tokens.numel() > 0 else 0
         token_mask = lengths_to_mask(num_tokens, width)  # [B, N]
-        embeddings = embeddings[:, :width]  # [B, N, D]
+        embeddings = outputs["embeddings"][:, :width]  # [B, N, D] of the graph's S >= N slots
         (logits,) = self.graphs["decoder"](embeddings=embeddings, token_mask=token_mask, encoder_out=encoder_out,
                                            enc_mask=enc_mask)  # [B, N, V]
-        cif = CifOutput(alphas=alphas, alpha_sum=(alphas / self.cfg.cif_threshold).sum(dim=1),
-                        integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
-                        num_tokens=num_tokens, fire_frames=fire_frames[:, :width])
-        return logits, cif
+        if self.cfg.predictor == "ctc":
+            extraction = CtcExtraction(embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens,
+                                       frame_starts=outputs["frame_starts"][:, :width],
+                                       frame_ends=outputs["frame_ends"][:, :width],
+                                       frame_weights=outputs["frame_weights"], frame_tokens=outputs["frame_tokens"])
+        else:
+            alphas = outputs["alphas"]  # [B, T']
+            extraction = CifOutput(alphas=alphas, alpha_sum=(alphas / self.cfg.cif_threshold).sum(dim=1),
+                                   integrated_alphas=outputs["integrated_alphas"], embeddings=embeddings,
+                                   token_mask=token_mask, num_tokens=num_tokens,
+                                   fire_frames=outputs["fire_frames"][:, :width])
+        return logits, extraction
 
 
 @dataclass

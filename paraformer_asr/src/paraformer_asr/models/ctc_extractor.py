@@ -9,7 +9,7 @@ Instead of the CIF's integrate-and-fire, every output token owns the encoder fra
 
 Token k's query is the mean of the encoder states of its frames; its span [first frame, last frame + 1) gives
 its time (decode/timestamps.py). The alignment is a max-product DP over time, batched over utterances and
-states; the frame merge and the means are cumsum / scatter operations (no loop over frames or tokens).
+states; the frame merge is a cumsum, the means one token-by-frame matrix product (no loop over frames or tokens).
 """
 
 from __future__ import annotations
@@ -115,26 +115,25 @@ def even_split(mask: torch.Tensor, target_lengths: torch.Tensor) -> torch.Tensor
     return torch.where(mask & (target_lengths.unsqueeze(1) > 0), tokens, torch.full_like(tokens, NO_TOKEN))
 
 
-def pool_frames(hidden: torch.Tensor, frame_tokens: torch.Tensor,
-                num_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pool_frames(hidden: torch.Tensor, frame_tokens: torch.Tensor, num_tokens: torch.Tensor,
+                width: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Mean encoder state of each token's frames.
 
     hidden [B, T, D], frame_tokens [B, T] long (-1: no token), num_tokens [B] -> (embeddings [B, N, D], frame_starts
-    [B, N] long, frame_ends [B, N] long (exclusive)); N = max num_tokens; a token without frames gets zeros and
-    the span [0, 0).
+    [B, N] long, frame_ends [B, N] long (exclusive)); N = ``width``, by default max num_tokens (the exported graph
+    passes T: no shape then depends on the data). A token without frames gets zeros and the span [0, 0). One
+    token-by-frame membership matrix does it all: a matrix product for the means, a min / max for the spans.
     """
-    batch, frames, dim = hidden.shape
-    width = int(num_tokens.max()) if batch > 0 else 0
-    slot = torch.where(frame_tokens >= 0, frame_tokens.clamp(max=width), torch.full_like(frame_tokens, width))
-    rows = (slot + torch.arange(batch, device=hidden.device).unsqueeze(1) * (width + 1)).reshape(-1)  # [B*T]
-    sums = hidden.new_zeros(batch * (width + 1), dim).index_add(0, rows, hidden.reshape(-1, dim))
-    counts = hidden.new_zeros(batch * (width + 1)).index_add(0, rows, hidden.new_ones(batch * frames))
-    embeddings = (sums / counts.clamp(min=1.0).unsqueeze(1)).view(batch, width + 1, dim)[:, :width]  # [B, N, D]
-    frame_index = torch.arange(frames, device=hidden.device).expand(batch, frames).reshape(-1)
-    first = torch.full((batch * (width + 1),), frames, dtype=torch.long, device=hidden.device)
-    first = first.scatter_reduce(0, rows, frame_index, "amin").view(batch, width + 1)[:, :width]
-    last = torch.full((batch * (width + 1),), -1, dtype=torch.long, device=hidden.device)
-    last = last.scatter_reduce(0, rows, frame_index, "amax").view(batch, width + 1)[:, :width]
+    frames = hidden.shape[1]
+    if width is None:
+        width = int(num_tokens.max()) if hidden.shape[0] > 0 else 0
+    token_index = torch.arange(width, device=hidden.device).view(1, -1, 1)  # [1, N, 1]
+    members = frame_tokens.unsqueeze(1) == token_index  # [B, N, T]: frame t belongs to token n
+    counts = members.sum(dim=2, keepdim=True).clamp(min=1).to(hidden.dtype)  # [B, N, 1]
+    embeddings = torch.bmm(members.to(hidden.dtype), hidden) / counts  # [B, N, D]
+    frame_index = torch.arange(frames, device=hidden.device).view(1, 1, -1)  # [1, 1, T]
+    first = torch.where(members, frame_index, torch.full_like(frame_index, frames)).amin(dim=2)  # [B, N]
+    last = torch.where(members, frame_index, torch.full_like(frame_index, -1)).amax(dim=2)  # [B, N]
     has_frames = last >= 0
     starts = torch.where(has_frames, first, torch.zeros_like(first))
     ends = torch.where(has_frames, last + 1, torch.zeros_like(last))
@@ -157,13 +156,21 @@ class CtcTokenExtractor(nn.Module):
         check_padding_mask(mask, "ctc extractor mask", (dims["B"], dims["T"]))
         assert_shape(log_probs, "B,T,V", "ctc extractor log_probs", dims)
         if targets is None:
-            frame_tokens = greedy_frame_tokens(log_probs, mask, self.blank_id)  # [B, T]
-            num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
-        else:
-            assert_shape(target_lengths, "B", "target_lengths", dims)
-            frame_tokens, _ = forced_alignment(log_probs, mask, targets, target_lengths, self.blank_id)
-            num_tokens = target_lengths.long()
-        embeddings, starts, ends = pool_frames(hidden, frame_tokens, num_tokens)
+            return self.greedy(hidden, mask, log_probs)
+        assert_shape(target_lengths, "B", "target_lengths", dims)
+        frame_tokens, _ = forced_alignment(log_probs, mask, targets, target_lengths, self.blank_id)
+        return self._extraction(hidden, mask, log_probs, frame_tokens, target_lengths.long())
+
+    def greedy(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
+               width: int | None = None) -> CtcExtraction:
+        """Inference: the queries of the merged greedy path (``width`` token slots, as :func:`pool_frames`)."""
+        frame_tokens = greedy_frame_tokens(log_probs, mask, self.blank_id)  # [B, T]
+        num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
+        return self._extraction(hidden, mask, log_probs, frame_tokens, num_tokens, width)
+
+    def _extraction(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
+                    frame_tokens: torch.Tensor, num_tokens: torch.Tensor, width: int | None = None) -> CtcExtraction:
+        embeddings, starts, ends = pool_frames(hidden, frame_tokens, num_tokens, width)  # [B, N, D], [B, N], [B, N]
         token_mask = lengths_to_mask(num_tokens, embeddings.shape[1])  # [B, N]
         not_blank = (1.0 - log_probs.detach()[..., self.blank_id].exp()) * mask  # [B, T]
         return CtcExtraction(embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens, frame_starts=starts,
