@@ -155,7 +155,9 @@ def test_exported_ar_baseline_matches_pytorch(exported):
     from paraformer_asr.deploy.runtime import load_exported_model
 
     two_threads = load_exported_model(exported["transformer_ar"][1], num_threads=2).model.graphs["decoder_step"]
-    assert two_threads.session.get_session_options().intra_op_num_threads == 2
+    options = two_threads.session.get_session_options()
+    assert options.intra_op_num_threads == 2 and options.get_session_config_entry(
+        "session.intra_op.allow_spinning") == "0"  # idle threads sleep: no cores taken from other processes
     torch_model, onnx_model, batch = _both(exported, "transformer_ar")
     assert onnx_model.model.graphs["decoder_step"].session.get_session_options().intra_op_num_threads == 1
     with torch.no_grad():

@@ -138,7 +138,9 @@ def test_sidecar_describes_the_graph_and_threads_reach_the_session(exports):
     with pytest.raises(CheckpointError, match="is an ONNX export directory; run it with --backend onnx"):
         load_model_for_inference(fp32_dir, "torch")
     model, _ = load_exported_model(fp32_dir, num_threads=2)
-    assert model.session.get_session_options().intra_op_num_threads == 2
+    options = model.session.get_session_options()
+    assert options.intra_op_num_threads == 2 and options.get_session_config_entry(
+        "session.intra_op.allow_spinning") == "0"  # idle threads sleep: no cores taken from other processes
     assert torch.get_num_threads() >= 1
     model, _ = load_model_for_inference(fp32_dir, "onnx", 1)
     assert model.session.get_session_options().intra_op_num_threads == 1 and torch.get_num_threads() == 1

@@ -235,6 +235,9 @@ def _session(onnxruntime, graph_path: Path, num_threads: Optional[int]):
     """An onnxruntime CPU session; num_threads sets intra_op_num_threads (None: onnxruntime's default)."""
     options = onnxruntime.SessionOptions()
     options.log_severity_level = 3  # errors only
+    # idle worker threads sleep instead of spinning: spinning threads take the cores that other processes (and
+    # PyTorch's own threads) need on a shared CPU, which made two threads several times slower than one
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if num_threads is not None:
         options.intra_op_num_threads = num_threads
         options.inter_op_num_threads = 1

@@ -48,6 +48,9 @@ class Graph:
         options.intra_op_num_threads = num_threads  # 0: onnxruntime's default (all cores)
         options.inter_op_num_threads = 1
         options.log_severity_level = 3  # errors only
+        # idle worker threads sleep instead of spinning: spinning threads take the cores that other processes need
+        # on a shared CPU (two threads were 3-9x slower than with this setting on the 2-core machine under load)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types for unreadable or unsupported graphs
