@@ -52,6 +52,7 @@ def loop_greedy_reference(model, encoder_out, enc_mask, max_length_ratio):
     return results
 
 
+@pytest.mark.slow
 def test_batched_greedy_equals_the_loop_reference(ar_model_and_batch):
     model, batch = ar_model_and_batch
     with torch.no_grad():
@@ -65,6 +66,7 @@ def test_batched_greedy_equals_the_loop_reference(ar_model_and_batch):
             assert bool((tokens[~lengths_to_mask(lengths, tokens.shape[1])] == model.pad_id).all())
 
 
+@pytest.mark.slow
 def test_greedy_equals_beam_search_with_beam_size_one(ar_model_and_batch):
     model, batch = ar_model_and_batch
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
@@ -74,6 +76,7 @@ def test_greedy_equals_beam_search_with_beam_size_one(ar_model_and_batch):
     assert torch.equal(beams[:, 0], tokens) and torch.equal(beam_lengths[:, 0], lengths)
 
 
+@pytest.mark.slow
 def test_beam_search_contract_sorted_finite_scores_and_valid_tokens(ar_model_and_batch):
     model, batch = ar_model_and_batch
     beams, scores, lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=4)
@@ -92,6 +95,7 @@ def test_beam_search_contract_sorted_finite_scores_and_valid_tokens(ar_model_and
         assert len(hyps) == 4
 
 
+@pytest.mark.slow
 def test_batched_beam_search_equals_one_utterance_at_a_time(ar_model_and_batch):
     model, batch = ar_model_and_batch
     beams, scores, lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=3)
