@@ -11,7 +11,7 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search, max_output_lengths
-from paraformer_asr.decode.ngram_lm import CharNgramLM
+from paraformer_asr.decode.ngram_lm import TokenNgramLM
 from paraformer_asr.models.factory import build_model
 
 from asr_helpers import overfit, tiny_raw_config
@@ -160,7 +160,7 @@ def test_length_normalisation_changes_the_ranking_by_the_documented_formula():
 def test_lm_fusion_weight_zero_is_plain_search_and_a_positive_weight_follows_the_lm():
     # the acoustic side slightly prefers 'a' then eos; the LM has mostly seen 'b'
     model = ScriptedModel([[0, 0, 0.02, 0, 0.5, 0.48], [0, 0, 0.9, 0, 0.05, 0.05]])
-    lm = CharNgramLM(order=2, vocab_size=6, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[3])
+    lm = TokenNgramLM(order=2, vocab_size=6, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[3])
     lm.fit([[B]] * 10 + [[A]])
     encoder_out, enc_mask = scripted_inputs([4, 4])
     plain = ar_beam_search(model, encoder_out, enc_mask, beam_size=3)
