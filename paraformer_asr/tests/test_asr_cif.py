@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from paraformer_asr.benchmark import loop_cif
+from paraformer_asr.benchmarks.cif import loop_cif
 from paraformer_asr.checks import lengths_to_mask
 from paraformer_asr.models.cif import CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count
 

@@ -538,7 +538,7 @@ def test_eval_scores_long_recordings_window_by_window(tmp_path, tone_checkpoint,
 def test_measured_peak_memory_is_the_child_process_own():  # not the test process's (torch loaded, hundreds of MB)
     import sys
 
-    from paraformer_asr.decode.long_form_benchmark import measure_process
+    from paraformer_asr.benchmarks.long_form import measure_process
 
     small = measure_process([sys.executable, "-c", "pass"])
     large = measure_process([sys.executable, "-c", "block = bytearray(300 * 2**20); block[::4096] = b'x' * 76800"])
@@ -549,7 +549,7 @@ def test_measured_peak_memory_is_the_child_process_own():  # not the test proces
 def test_a_failing_timed_run_names_the_command_and_its_error():
     import sys
 
-    from paraformer_asr.decode.long_form_benchmark import measure_process
+    from paraformer_asr.benchmarks.long_form import measure_process
     from paraformer_asr.errors import DataError
 
     with pytest.raises(DataError, match="exit status 3: boom"):
