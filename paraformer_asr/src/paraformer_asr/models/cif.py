@@ -141,11 +141,14 @@ def scatter_to_tokens(values: torch.Tensor, slots: torch.Tensor, num_tokens: int
 def fire_frames(alphas: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
     """The frame where each token fires: alphas [B, T] (integrated, threshold units, 0 on padding), token_mask
     [B, N] bool -> [B, N] long, the first frame with c_t >= k + 1 (the last frame with alpha > 0 for a partial
-    tail token), -1 on padding. Running sums in float64; a count of comparisons rather than a sorted search, so
-    that the export graphs trace it too."""
+    tail token), -1 on padding. Running sums in float64. While an ONNX export traces it (the TorchScript exporter
+    has no searchsorted), the frames before each fire are counted by comparison instead: the same numbers."""
     cumsum = torch.cumsum(alphas.detach().double(), dim=1)  # [B, T]  c_t
     levels = torch.arange(1, token_mask.shape[1] + 1, device=alphas.device, dtype=torch.float64)  # [N]  k + 1
-    fire = (cumsum.unsqueeze(-1) < levels).long().sum(dim=1)  # [B, N] frames before c_t reaches k + 1
+    if torch.onnx.is_in_onnx_export():
+        fire = (cumsum.unsqueeze(-1) < levels).long().sum(dim=1)  # [B, N] frames before c_t reaches k + 1
+    else:
+        fire = torch.searchsorted(cumsum.contiguous(), levels.expand(cumsum.shape[0], -1).contiguous())  # [B, N]
     last_active = (alphas > 0).long().cumsum(1).argmax(1)  # [B] last frame with alpha > 0
     fire = torch.minimum(fire, last_active.unsqueeze(1))
     return torch.where(token_mask, fire, torch.full_like(fire, -1))
