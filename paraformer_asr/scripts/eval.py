@@ -29,9 +29,7 @@ import json
 import sys
 from pathlib import Path
 
-from paraformer_asr.cli import (add_backend_arguments, add_long_form_arguments, long_form_options, run_main,
-                                 window_progress)
-from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
+from paraformer_asr.cli import add_backend_arguments, parse_decoding_arguments, run_main, window_progress
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import default_split, load_model
 from paraformer_asr.training.evaluation import evaluate_checkpoint
@@ -49,11 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--long-form", action="store_true",
                         help="decode every recording window by window, even the short ones")
-    add_decoding_arguments(parser)
-    add_long_form_arguments(parser)
-    args = parser.parse_args(argv)
-    options = long_form_options(args)
-    decoding = decoding_options(args)
+    args, options, decoding = parse_decoding_arguments(parser, argv)
     if args.batch_size < 1:
         raise ConfigError("--batch-size must be >= 1")
 

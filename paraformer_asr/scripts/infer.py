@@ -25,8 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from paraformer_asr.cli import add_backend_arguments, add_long_form_arguments, long_form_options, run_main, window_bar
-from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
+from paraformer_asr.cli import add_backend_arguments, parse_decoding_arguments, run_main, window_bar
 from paraformer_asr.decode.subtitles import format_srt, group_cues
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import load_model
@@ -44,11 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--with-ids", action="store_true")
     parser.add_argument("--timestamps", action="store_true", help="print JSON lines with token and word times")
     parser.add_argument("--srt", help="write the subtitles of the (single) input to this .srt file")
-    add_decoding_arguments(parser)
-    add_long_form_arguments(parser)
-    args = parser.parse_args(argv)
-    options = long_form_options(args)
-    decoding = decoding_options(args)
+    args, options, decoding = parse_decoding_arguments(parser, argv)
     if not args.inputs and not args.toy_split:
         raise ConfigError("give input files or --toy-split")
     if args.batch_size < 1 or args.toy_count < 1:

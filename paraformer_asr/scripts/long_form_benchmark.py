@@ -1,5 +1,5 @@
 """Time and peak memory of transcribing long recordings with scripts/infer.py (logic in
-decode/long_form_benchmark.py): one fresh process per recording and repeat, start-up and model loading included.
+benchmarks/long_form.py): one fresh process per recording and repeat, start-up and model loading included.
 
     python scripts/long_form_benchmark.py --checkpoint CKPT --recordings 1min.wav 8min.wav 30min.wav 60min.wav \
         [--repeats 1] [--out rows.json] [--markdown table.md] [-- infer.py options, e.g. --segment windows]
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
-from paraformer_asr.decode.long_form_benchmark import benchmark_recordings, markdown_rows
+from paraformer_asr.benchmarks.long_form import benchmark_recordings, markdown_rows
 from paraformer_asr.errors import ConfigError, DataError
 
 

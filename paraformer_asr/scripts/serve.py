@@ -17,8 +17,7 @@ import argparse
 import importlib.util
 import sys
 
-from paraformer_asr.cli import add_backend_arguments, add_long_form_arguments, long_form_options, run_main
-from paraformer_asr.decode.options import add_decoding_arguments, decoding_options
+from paraformer_asr.cli import add_backend_arguments, parse_decoding_arguments, run_main
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import load_model
 from paraformer_asr.serving.settings import ServeSettings
@@ -47,11 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest wait of the long-recording lane for idle short requests, per window batch")
     parser.add_argument("--max-long-recordings", type=int, default=4,
                         help="long recordings queued or being decoded at once; more get 503")
-    add_decoding_arguments(parser)
-    add_long_form_arguments(parser)
-    args = parser.parse_args(argv)
-    options = long_form_options(args)
-    decoding = decoding_options(args)
+    args, options, decoding = parse_decoding_arguments(parser, argv)
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
     if not args.max_upload_mb > 0:

@@ -1,4 +1,4 @@
-"""Shallow fusion of the character n-gram LM into beam search (Paraformer posteriors and the AR model)."""
+"""Shallow fusion of the token n-gram LM into beam search (Paraformer posteriors and the AR model)."""
 
 import itertools
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from paraformer_asr.data.tokenizer import CharTokenizer
-from paraformer_asr.decode.lm_fusion import build_char_lm, fused_posterior_beam_search
-from paraformer_asr.decode.ngram_lm import CharNgramLM
+from paraformer_asr.decode.lm_fusion import build_token_lm, fused_posterior_beam_search
+from paraformer_asr.decode.ngram_lm import TokenNgramLM
 
 from asr_helpers import tiny_model
 
@@ -16,7 +16,7 @@ V = 6
 
 
 def small_lm(sequences, order=2):
-    return CharNgramLM(order, V, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[UNK]).fit(sequences)
+    return TokenNgramLM(order, V, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[UNK]).fit(sequences)
 
 
 def brute_force_best(log_probs, length, lm, lm_weight, k):
@@ -64,7 +64,7 @@ def test_fused_beam_search_with_weight_zero_equals_the_models_own_beam_search(mo
     from paraformer_asr.data.batching import Collator
 
     batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(4)])
-    lm = build_char_lm(data.train.texts(), data.tokenizer, order=3)
+    lm = build_token_lm(data.train.texts(), data.tokenizer, order=3)
     plain = model.beam_search(batch.features, batch.feat_mask, 3)
     zero = model.beam_search(batch.features, batch.feat_mask, 3, lm=lm, lm_weight=0.0)
     for got, expected in zip(zero, plain):
@@ -74,9 +74,9 @@ def test_fused_beam_search_with_weight_zero_equals_the_models_own_beam_search(mo
     assert bool(torch.isfinite(fused[1][:, 0]).all()) and bool((fused[1][:, :-1] >= fused[1][:, 1:]).all())
 
 
-def test_build_char_lm_uses_tokenizer_ids_and_never_predicts_unk_or_blank():
+def test_build_token_lm_uses_tokenizer_ids_and_never_predicts_unk_or_blank():
     tokenizer = CharTokenizer.build(["abc", "cab"], with_blank=True)
-    lm = build_char_lm(["abc", "abc", "cab"], tokenizer, order=3)
+    lm = build_token_lm(["abc", "abc", "cab"], tokenizer, order=3)
     history = torch.tensor([tokenizer.encode("ab")])
     log_probs = lm.log_probs(history)[0]
     assert int(log_probs.argmax()) == tokenizer.index["c"]
@@ -85,12 +85,12 @@ def test_build_char_lm_uses_tokenizer_ids_and_never_predicts_unk_or_blank():
 
 
 @pytest.mark.parametrize("kind", ["bpe", "unigram"])
-def test_build_char_lm_is_a_token_lm_over_subword_units(kind):
+def test_build_token_lm_works_over_subword_units(kind):
     from paraformer_asr.data.tokenizer import build_tokenizer
 
     texts = ["turn the lights on", "turn the lights off", "turn the music on", "play the music"] * 3
     tokenizer = build_tokenizer(kind, texts, 30, with_blank=True)
-    lm = build_char_lm(texts, tokenizer, order=3)
+    lm = build_token_lm(texts, tokenizer, order=3)
     assert lm.vocab_size == tokenizer.vocab_size
     log_probs = lm.log_probs(torch.tensor([tokenizer.encode("turn the")]))[0]
     assert torch.logsumexp(log_probs, 0).item() == pytest.approx(0.0, abs=1e-5)

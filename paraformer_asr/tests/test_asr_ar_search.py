@@ -11,7 +11,7 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search, max_output_lengths
-from paraformer_asr.decode.ngram_lm import CharNgramLM
+from paraformer_asr.decode.ngram_lm import TokenNgramLM
 from paraformer_asr.models.factory import build_model
 
 from asr_helpers import overfit, tiny_raw_config
@@ -52,6 +52,7 @@ def loop_greedy_reference(model, encoder_out, enc_mask, max_length_ratio):
     return results
 
 
+@pytest.mark.slow
 def test_batched_greedy_equals_the_loop_reference(ar_model_and_batch):
     model, batch = ar_model_and_batch
     with torch.no_grad():
@@ -65,6 +66,7 @@ def test_batched_greedy_equals_the_loop_reference(ar_model_and_batch):
             assert bool((tokens[~lengths_to_mask(lengths, tokens.shape[1])] == model.pad_id).all())
 
 
+@pytest.mark.slow
 def test_greedy_equals_beam_search_with_beam_size_one(ar_model_and_batch):
     model, batch = ar_model_and_batch
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
@@ -74,6 +76,7 @@ def test_greedy_equals_beam_search_with_beam_size_one(ar_model_and_batch):
     assert torch.equal(beams[:, 0], tokens) and torch.equal(beam_lengths[:, 0], lengths)
 
 
+@pytest.mark.slow
 def test_beam_search_contract_sorted_finite_scores_and_valid_tokens(ar_model_and_batch):
     model, batch = ar_model_and_batch
     beams, scores, lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=4)
@@ -92,6 +95,7 @@ def test_beam_search_contract_sorted_finite_scores_and_valid_tokens(ar_model_and
         assert len(hyps) == 4
 
 
+@pytest.mark.slow
 def test_batched_beam_search_equals_one_utterance_at_a_time(ar_model_and_batch):
     model, batch = ar_model_and_batch
     beams, scores, lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=3)
@@ -156,7 +160,7 @@ def test_length_normalisation_changes_the_ranking_by_the_documented_formula():
 def test_lm_fusion_weight_zero_is_plain_search_and_a_positive_weight_follows_the_lm():
     # the acoustic side slightly prefers 'a' then eos; the LM has mostly seen 'b'
     model = ScriptedModel([[0, 0, 0.02, 0, 0.5, 0.48], [0, 0, 0.9, 0, 0.05, 0.05]])
-    lm = CharNgramLM(order=2, vocab_size=6, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[3])
+    lm = TokenNgramLM(order=2, vocab_size=6, bos_id=BOS, eos_id=EOS, pad_id=PAD, exclude_ids=[3])
     lm.fit([[B]] * 10 + [[A]])
     encoder_out, enc_mask = scripted_inputs([4, 4])
     plain = ar_beam_search(model, encoder_out, enc_mask, beam_size=3)

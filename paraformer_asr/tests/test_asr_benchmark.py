@@ -59,7 +59,7 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
 
 
 def test_rows_are_labelled_with_their_units_and_pairs_compare_paraformers_with_ar_models():
-    from paraformer_asr.benchmark import paraformer_speedups, units_name
+    from paraformer_asr.benchmarks.decoding import paraformer_speedups, units_name
     from paraformer_asr.data.tokenizer import CharTokenizer
 
     assert units_name(CharTokenizer.build(["ab c"])) == "characters"

@@ -26,6 +26,7 @@ def uncalibrated_run(tmp_path_factory):
     return Trainer(cfg, RunFolder.create(cfg), build_data(cfg)).fit()
 
 
+@pytest.mark.slow
 def test_calibrating_a_checkpoint_refits_only_the_scale_to_the_set(uncalibrated_run):
     best = uncalibrated_run / "checkpoints" / "best.pt"
     payload, old_scale, new_scale = calibrate_checkpoint(uncalibrated_run, split="test", allow_test=True)

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from paraformer_asr.benchmark import loop_cif
+from paraformer_asr.benchmarks.cif import loop_cif
 from paraformer_asr.checks import lengths_to_mask
-from paraformer_asr.models.cif import CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count
+from paraformer_asr.models.cif import (CifPredictor, cif_integrate, fire_frames, fit_alpha_scale,
+                                       inference_token_count)
 
 
 def _random_case(seed: int, batch=5, frames=60, dim=8, scale=0.9):
@@ -26,6 +27,16 @@ def _compare_with_loop(hidden, alphas, num_tokens):
             assert torch.allclose(embeddings[row, : len(ref)], torch.stack(ref).float(), atol=1e-5)
         assert fires[row, : len(ref)].tolist() == ref_fire
         assert float(embeddings[row, len(ref):].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fire_frames_are_the_same_when_an_onnx_export_traces_them(seed, monkeypatch):
+    _, alphas, _ = _random_case(seed, scale=1.7)  # alpha > 1: several fires in one frame
+    token_mask = lengths_to_mask(inference_token_count(alphas))
+    eager = fire_frames(alphas, token_mask)  # sorted search
+    monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: True)
+    assert torch.equal(fire_frames(alphas, token_mask), eager)  # counted comparisons, as the export traces them
+    assert bool((eager[~token_mask] == -1).all()) and bool((eager[token_mask] >= 0).all())
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -4,6 +4,7 @@ long-recording tool, eval.py and infer.py on long files, and the options' errors
 import json
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -374,19 +375,28 @@ def _utterance(index: int, edge_s: float = 0.15) -> torch.Tensor:
     return samples + 0.003 * torch.randn(samples.numel(), generator=generator)
 
 
-@pytest.mark.parametrize("gap", ["silence", "noise", "none"])
-def test_joined_recording_pauses_of_each_gap_kind(tmp_path, gap):
+def _three_utterances(folder: Path) -> Path:
+    """Three :func:`_utterance` files and their manifest in ``folder`` -> the manifest's path."""
     lines = []
     for index in range(3):
-        write_audio(tmp_path / f"u{index}.wav", _utterance(index), RATE)
+        write_audio(folder / f"u{index}.wav", _utterance(index), RATE)
         lines.append(json.dumps({"audio": f"u{index}.wav", "text": str(index)}))
-    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
-    summary = join_utterances(read_manifest(tmp_path / "m.jsonl"), tmp_path / "long.wav", RATE, (0.3, 0.8), 1,
-                              gap=gap)
-    placed = json.loads(open(summary["manifest"]).read())["utterances"]
+    (folder / "m.jsonl").write_text("\n".join(lines) + "\n")
+    return folder / "m.jsonl"
+
+
+def _joined(manifest: Path, out: Path, pauses_s: tuple[float, float], seed: int, **options) -> list[dict]:
+    """join_utterances of the manifest's utterances into ``out`` -> where it placed each of them."""
+    summary = join_utterances(read_manifest(manifest), out, RATE, pauses_s, seed, **options)
+    return json.loads(Path(summary["manifest"]).read_text())["utterances"]
+
+
+@pytest.mark.parametrize("gap", ["silence", "noise", "none"])
+def test_joined_recording_pauses_of_each_gap_kind(tmp_path, gap):
+    manifest = _three_utterances(tmp_path)
+    placed = _joined(manifest, tmp_path / "long.wav", (0.3, 0.8), 1, gap=gap)
     audio = load_audio(tmp_path / "long.wav", RATE).numpy()
-    noise = json.loads(open(join_utterances(read_manifest(tmp_path / "m.jsonl"), tmp_path / "n.wav", RATE,
-                                            (0.3, 0.8), 1)["manifest"]).read())["utterances"]
+    noise = _joined(manifest, tmp_path / "n.wav", (0.3, 0.8), 1)
     lengths = [round((u["end_ms"] - u["start_ms"]) * RATE / 1000) for u in placed]
     pauses = np.diff([0] + [x for u in placed for x in (u["start_ms"], u["end_ms"])] + [len(audio) / RATE * 1000])
     if gap == "none":
@@ -406,14 +416,8 @@ def test_joined_utterances_decode_as_one_by_one_whatever_the_gap(tmp_path, gap):
     from paraformer_asr.inference import features_from_file
     from paraformer_asr.serving.batcher import GreedyTranscriber
 
-    lines = []
-    for index in range(3):
-        write_audio(tmp_path / f"u{index}.wav", _utterance(index), RATE)
-        lines.append(json.dumps({"audio": f"u{index}.wav", "text": str(index)}))
-    (tmp_path / "m.jsonl").write_text("\n".join(lines) + "\n")
-    summary = join_utterances(read_manifest(tmp_path / "m.jsonl"), tmp_path / "long.wav", RATE, (0.5, 0.5), 0,
-                              gap=gap)
-    placed = json.loads(open(summary["manifest"]).read())["utterances"]
+    manifest = _three_utterances(tmp_path)
+    placed = _joined(manifest, tmp_path / "long.wav", (0.5, 0.5), 0, gap=gap)
     loaded = random_loaded_model()
     options = LongFormOptions(margin_ms=(150.0, 150.0), min_pause_ms=200.0)
     with open_audio(tmp_path / "long.wav", "long") as handle:
@@ -538,7 +542,7 @@ def test_eval_scores_long_recordings_window_by_window(tmp_path, tone_checkpoint,
 def test_measured_peak_memory_is_the_child_process_own():  # not the test process's (torch loaded, hundreds of MB)
     import sys
 
-    from paraformer_asr.decode.long_form_benchmark import measure_process
+    from paraformer_asr.benchmarks.long_form import measure_process
 
     small = measure_process([sys.executable, "-c", "pass"])
     large = measure_process([sys.executable, "-c", "block = bytearray(300 * 2**20); block[::4096] = b'x' * 76800"])
@@ -549,7 +553,7 @@ def test_measured_peak_memory_is_the_child_process_own():  # not the test proces
 def test_a_failing_timed_run_names_the_command_and_its_error():
     import sys
 
-    from paraformer_asr.decode.long_form_benchmark import measure_process
+    from paraformer_asr.benchmarks.long_form import measure_process
     from paraformer_asr.errors import DataError
 
     with pytest.raises(DataError, match="exit status 3: boom"):

@@ -53,6 +53,7 @@ def _raw_config(manifest, **data):
     }
 
 
+@pytest.mark.slow
 def test_manifest_training_eval_and_wav_inference(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     corpus = tmp_path / "corpus"

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
-from paraformer_asr.decode.ngram_lm import CharNgramLM
+from paraformer_asr.decode.ngram_lm import TokenNgramLM
 from paraformer_asr.errors import DataError
 
 PAD, BOS, EOS, A, B, C = 0, 1, 2, 3, 4, 5
@@ -16,7 +16,7 @@ V = 6
 
 def test_bigram_matches_hand_computed_values():
     # padded: [bos a b eos], [bos a a b eos] -> bigrams (bos,a):2 (a,b):2 (b,eos):2 (a,a):1
-    lm = CharNgramLM(order=2, vocab_size=V, bos_id=BOS, eos_id=EOS, pad_id=PAD).fit([[A, B], [A, A, B]])
+    lm = TokenNgramLM(order=2, vocab_size=V, bos_id=BOS, eos_id=EOS, pad_id=PAD).fit([[A, B], [A, A, B]])
     # unigram continuation counts: a has 2 left contexts (bos, a); b 1 (a); eos 1 (b); c 0 -> n1=2, n2=1
     d1 = 2 / (2 + 2 * 1)
     # bigram counts 2, 2, 2, 1 -> n1=1, n2=3
@@ -81,7 +81,7 @@ def test_matches_loop_reference_on_every_history(order):
     generator = torch.Generator().manual_seed(order)
     sequences = [torch.randint(A, C + 1, (int(n),), generator=generator).tolist() for n in (1, 2, 3, 5, 4, 2, 6, 1)]
     sequences[0] = [B]  # C stays rarer than the others
-    lm = CharNgramLM(order, V, BOS, EOS, PAD).fit(sequences)
+    lm = TokenNgramLM(order, V, BOS, EOS, PAD).fit(sequences)
     reference = reference_kneser_ney(sequences, order, predictable={EOS, A, B, C})
     real_tokens = [EOS, A, B, C]
     histories = [list(h) for h in itertools.product([BOS, A, B, C], repeat=max(order - 1, 0))]
@@ -101,7 +101,7 @@ def test_distributions_normalise_over_predictable_tokens(order):
     exclude = [3]  # e.g. a CTC blank
     sequences = [torch.randint(4, vocab, (int(n),), generator=generator).tolist()
                  for n in torch.randint(1, 9, (40,), generator=generator)]
-    lm = CharNgramLM(order, vocab, bos_id=1, eos_id=2, pad_id=0, exclude_ids=exclude).fit(sequences)
+    lm = TokenNgramLM(order, vocab, bos_id=1, eos_id=2, pad_id=0, exclude_ids=exclude).fit(sequences)
     histories = torch.randint(4, vocab, (64, 7), generator=generator)
     histories[:8, :5] = 0  # left padding = sentence start
     histories[8:16, :3] = 1  # explicit bos = sentence start
@@ -115,13 +115,13 @@ def test_distributions_normalise_over_predictable_tokens(order):
 
 
 def test_frequent_continuation_is_preferred_and_sequences_score_accordingly():
-    lm = CharNgramLM(3, V, BOS, EOS, PAD).fit([[A, B, C]] * 20 + [[A, C, B]])
+    lm = TokenNgramLM(3, V, BOS, EOS, PAD).fit([[A, B, C]] * 20 + [[A, C, B]])
     assert lm.log_probs(torch.tensor([[A]])).argmax().item() == B
     assert lm.score_sequence([A, B, C]) > lm.score_sequence([A, C, B]) > lm.score_sequence([C, C, C])
 
 
 def test_dict_round_trip_plain_types():
-    lm = CharNgramLM(3, V, BOS, EOS, PAD).fit([[A, B], [B, C, A, A], [C]])
+    lm = TokenNgramLM(3, V, BOS, EOS, PAD).fit([[A, B], [B, C, A, A], [C]])
     state = lm.to_dict()
 
     def plain(value):
@@ -132,17 +132,17 @@ def test_dict_round_trip_plain_types():
         return isinstance(value, (int, float, str))
 
     assert plain(state)
-    restored = CharNgramLM.from_dict(state)
+    restored = TokenNgramLM.from_dict(state)
     histories = torch.tensor([[A, B], [C, C], [PAD, PAD], [B, A]])
     torch.testing.assert_close(restored.log_probs(histories), lm.log_probs(histories), atol=0, rtol=0)
     with pytest.raises(DataError, match="invalid n-gram"):
-        CharNgramLM.from_dict({**state, "ngram_counts": []})
+        TokenNgramLM.from_dict({**state, "ngram_counts": []})
 
 
 def test_errors():
     with pytest.raises(DataError, match="zero sequences"):
-        CharNgramLM(2, V, BOS, EOS, PAD).fit([])
+        TokenNgramLM(2, V, BOS, EOS, PAD).fit([])
     with pytest.raises(ValueError, match="cannot occur"):
-        CharNgramLM(2, V, BOS, EOS, PAD).fit([[A, BOS]])
+        TokenNgramLM(2, V, BOS, EOS, PAD).fit([[A, BOS]])
     with pytest.raises(RuntimeError, match="not fitted"):
-        CharNgramLM(2, V, BOS, EOS, PAD).log_probs(torch.tensor([[A]]))
+        TokenNgramLM(2, V, BOS, EOS, PAD).log_probs(torch.tensor([[A]]))

@@ -20,7 +20,7 @@ from paraformer_asr.decode.longform import LongFormOptions, LongTranscript  # no
 from paraformer_asr.inference import load_trained_model  # noqa: E402
 from paraformer_asr.serving.app import create_app  # noqa: E402
 from paraformer_asr.serving.batcher import BatcherClosed, MicroBatcher, Recognition  # noqa: E402
-from paraformer_asr.serving.load_test import (loopback_address, multipart_body, request_json,  # noqa: E402
+from paraformer_asr.benchmarks.service_load import (loopback_address, multipart_body, request_json,  # noqa: E402
                                               run_long_upload_scenario)
 from paraformer_asr.serving.long_lane import LaneFull, LongFormLane  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
@@ -199,6 +199,7 @@ def post(url: str, data: bytes, timeout_s: float = WAIT_S) -> tuple[int, dict]:
         connection.close()
 
 
+@pytest.mark.slow
 def test_a_long_upload_is_decoded_in_its_lane_while_a_short_one_is_answered(long_server, tmp_path):
     url, app = long_server
     lane = app.state.long_form_lane
@@ -232,6 +233,7 @@ def test_a_long_upload_is_decoded_in_its_lane_while_a_short_one_is_answered(long
     assert health["long_form"]["recordings"] >= 1 and health["limits"]["long_form"]["chunk_seconds"] == 2.0
 
 
+@pytest.mark.slow
 def test_long_uploads_over_the_limit_are_refused_before_decoding(long_server, tmp_path):
     url, _ = long_server
     status, answer = post(url, wav_bytes(tmp_path, 61.0, 3))

@@ -37,6 +37,7 @@ def _nan_every(n, monkeypatch):
     monkeypatch.setattr(Paraformer, "compute_loss", patched)
 
 
+@pytest.mark.slow
 def test_nan_guard_skips_bad_batches_and_keeps_training(tmp_path, monkeypatch):
     _nan_every(3, monkeypatch)
     trainer = _trainer(tmp_path, epochs=1)
@@ -47,6 +48,7 @@ def test_nan_guard_skips_bad_batches_and_keeps_training(tmp_path, monkeypatch):
     assert "skipping batch: non-finite loss" in (trainer.run.path / "train.log").read_text()
 
 
+@pytest.mark.slow
 def test_nan_guard_stops_with_a_clear_message_when_bad_batches_keep_coming(tmp_path, monkeypatch):
     _nan_every(1, monkeypatch)
     trainer = _trainer(tmp_path, epochs=1, max_bad_batches=3)
@@ -54,6 +56,7 @@ def test_nan_guard_stops_with_a_clear_message_when_bad_batches_keep_coming(tmp_p
         trainer.fit()
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_steps_once_per_group(tmp_path):
     trainer = _trainer(tmp_path, epochs=1, accumulate_steps=4)
     trainer.fit()
@@ -95,6 +98,7 @@ def test_compiled_model_matches_eager(tiny_cfg, tiny_data, tiny_batch):
     assert set(model.state_dict()) == set(build_model(tiny_cfg, tiny_data.input_dim, tiny_data.tokenizer).state_dict())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("calibrate", [True, False])
 def test_validation_refits_the_cif_alpha_scale_and_checkpoints_keep_it(tmp_path, calibrate):
     trainer = _trainer(tmp_path, epochs=1, calibrate_cif=calibrate)

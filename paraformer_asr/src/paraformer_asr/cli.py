@@ -10,6 +10,7 @@ from typing import Callable
 from tqdm import tqdm
 
 from paraformer_asr.decode.longform import CUT_RULES, DEFAULT_OVERLAP_SHARE, SEGMENTATIONS, LongFormOptions
+from paraformer_asr.decode.options import DecodingOptions, add_decoding_arguments, decoding_options
 from paraformer_asr.errors import UserError
 from paraformer_asr.inference import BACKENDS
 
@@ -71,6 +72,15 @@ def long_form_options(args) -> LongFormOptions:
     return LongFormOptions(segment=args.segment, chunk_seconds=args.chunk_seconds, overlap_seconds=overlap,
                            cut=args.chunk_cut, batch_windows=args.chunk_batch,
                            speech_threshold_db=args.speech_threshold_db, min_pause_ms=args.min_pause_ms)
+
+
+def parse_decoding_arguments(parser, argv: list[str] | None) -> tuple[object, LongFormOptions, DecodingOptions]:
+    """Add the decoding and long-form options shared by infer.py, eval.py and serve.py to ``parser`` and parse
+    ``argv`` -> (argparse namespace, LongFormOptions, DecodingOptions); ConfigError on bad values."""
+    add_decoding_arguments(parser)
+    add_long_form_arguments(parser)
+    args = parser.parse_args(argv)
+    return args, long_form_options(args), decoding_options(args)
 
 
 def progress_bar_wanted() -> bool:

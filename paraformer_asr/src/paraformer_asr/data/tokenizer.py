@@ -84,15 +84,12 @@ class Tokenizer(ABC):
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Ids -> text; special tokens (``<unk>`` included) are dropped, decoding stops at the first ``<eos>``."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        kept = []
-        for token_id in ids:
-            if token_id == self.eos_id:
-                break
-            if self.num_special <= token_id < self.vocab_size:
-                kept.append(token_id)
-        return self._decode_regular(kept)
+        return self._decode_regular([i for i in self.until_eos(ids) if self.num_special <= i < self.vocab_size])
+
+    def until_eos(self, ids: Iterable[int] | torch.Tensor) -> list[int]:
+        """The ids before the first ``<eos>`` (all of them without one): what :meth:`decode` reads."""
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return ids[:ids.index(self.eos_id)] if self.eos_id in ids else ids
 
     def pieces(self, ids: Iterable[int] | torch.Tensor) -> list[str]:
         """The surface string of each id (see the module docstring for how words are read from them)."""

@@ -10,7 +10,7 @@ Search rules shared by both searches:
 * max length: utterance b emits at most ``ceil(max_length_ratio * T'_b)`` tokens before eos, T'_b
   being its encoder output length; at that length only eos is allowed.
 * shallow fusion (optional): next-token score = model log-prob + ``lm_weight`` * LM log-prob, the LM
-  (e.g. :class:`paraformer_asr.decode.ngram_lm.CharNgramLM`) being anything with
+  (e.g. :class:`paraformer_asr.decode.ngram_lm.TokenNgramLM`) being anything with
   ``log_probs(histories [N, t] long) -> [N, V]``; histories are the emitted tokens without bos.
 * beam scores are normalised by length: sum of scores (eos included) / (tokens + 1) ** length_penalty.
 """

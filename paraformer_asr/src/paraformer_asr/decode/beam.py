@@ -8,7 +8,7 @@ import torch
 
 from paraformer_asr.checks import assert_shape
 
-# history [B*beam, k] long, position k -> log-probs [B*beam, V] (e.g. a character n-gram LM)
+# history [B*beam, k] long, position k -> log-probs [B*beam, V] (e.g. the token n-gram LM)
 PrefixScorer = Callable[[torch.Tensor], torch.Tensor]
 
 

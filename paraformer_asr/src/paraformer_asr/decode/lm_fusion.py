@@ -1,6 +1,6 @@
 """Shallow fusion of the token n-gram LM (decode/ngram_lm.py) into beam search.
 
-The LM is estimated over the model's own token ids (:func:`build_char_lm`): characters, or subword units when the
+The LM is estimated over the model's own token ids (:func:`build_token_lm`): characters, or subword units when the
 checkpoint was trained with ``data.tokenizer: bpe | unigram``; nothing else changes.
 
 Every model reaches it the same way: ``model.beam_search(features, feat_mask, beam_size, lm=, lm_weight=)``.
@@ -22,14 +22,14 @@ import torch
 from paraformer_asr.checks import assert_shape
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.beam import factorized_beam_search
-from paraformer_asr.decode.ngram_lm import CharNgramLM
+from paraformer_asr.decode.ngram_lm import TokenNgramLM
 
 
-def build_char_lm(texts: Iterable[str], tokenizer: Tokenizer, order: int = 4) -> CharNgramLM:
+def build_token_lm(texts: Iterable[str], tokenizer: Tokenizer, order: int = 4) -> TokenNgramLM:
     """An n-gram LM over the tokenizer's ids (characters or subword units) estimated from (training)
     transcripts; unk and blank are never predicted."""
     exclude = [tokenizer.unk_id] + ([tokenizer.blank_id] if tokenizer.blank_id is not None else [])
-    lm = CharNgramLM(order, tokenizer.vocab_size, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id, exclude)
+    lm = TokenNgramLM(order, tokenizer.vocab_size, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id, exclude)
     return lm.fit(tokenizer.encode(text) for text in texts)
 
 
@@ -41,7 +41,7 @@ class SentenceLmScorer:
     utterance r // beam); the scores come back on the device of ``lengths``.
     """
 
-    def __init__(self, lm: CharNgramLM, lengths: torch.Tensor):
+    def __init__(self, lm: TokenNgramLM, lengths: torch.Tensor):
         self.lm = lm
         self.device = lengths.device
         self.lengths = lengths.cpu()
@@ -62,7 +62,7 @@ class SentenceLmScorer:
 
 
 def fused_posterior_beam_search(log_probs: torch.Tensor, token_mask: torch.Tensor, beam_size: int, pad_id: int,
-                                lm: CharNgramLM, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                                lm: TokenNgramLM, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Beam search over per-position posteriors with shallow LM fusion, batched over utterances and beams.
 
     log_probs [B, N, V], token_mask [B, N] bool -> tokens [B, beam, N] (pad_id past each length),

@@ -492,9 +492,9 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                                                       lm_weight, clock)
             decode_seconds += seconds
             for window, transcript in zip(batch, transcripts):
-                count = _until_eos(transcript.hyp_tokens, loaded.tokenizer.eos_id)  # as tokenizer.decode reads
-                units = window_units(loaded.tokenizer.pieces(transcript.hyp_tokens[:count]),
-                                     None if transcript.token_times is None else transcript.token_times[:count],
+                tokens = loaded.tokenizer.until_eos(transcript.hyp_tokens)  # as tokenizer.decode reads
+                units = window_units(loaded.tokenizer.pieces(tokens),
+                                     None if transcript.token_times is None else transcript.token_times[:len(tokens)],
                                      window.start * 1000.0 / rate, by_words)
                 if timed:
                     stitched = stitch_by_times(stitched, previous_units, units, window)
@@ -505,11 +505,6 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                 progress(min(batch_start + options.batch_windows, len(windows)), len(windows))
     return _assemble(stitched, by_words, timed, reader.num_samples / rate, len(windows),
                      time.perf_counter() - started, decode_seconds)
-
-
-def _until_eos(ids: list[int], eos_id: int) -> int:
-    """How many ids come before the first ``<eos>`` (all of them without one)."""
-    return ids.index(eos_id) if eos_id in ids else len(ids)
 
 
 def same_unit(first: TimedUnit, second: TimedUnit) -> bool:

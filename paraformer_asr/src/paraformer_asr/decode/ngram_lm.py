@@ -1,8 +1,7 @@
 """Token n-gram language model with interpolated Kneser-Ney smoothing, for shallow fusion.
 
 It works on token ids, whatever they stand for: characters with ``data.tokenizer: char``, subword units with
-``bpe`` / ``unigram`` (then an order-N model spans N subword units, usually more than N characters). The class keeps
-its historical name ``CharNgramLM``.
+``bpe`` / ``unigram`` (then an order-N model spans N subword units, usually more than N characters).
 
 Estimation (Chen & Goodman's interpolated Kneser-Ney with one discount per order):
     Each training sequence is padded as ``[bos] * (order - 1) + tokens + [eos]``; every position after the padding
@@ -38,7 +37,7 @@ SMOOTHING = "interpolated_kneser_ney"
 _FALLBACK_DISCOUNT = 0.5
 
 
-class CharNgramLM:
+class TokenNgramLM:
     """Interpolated Kneser-Ney n-gram model over token ids ``0 .. vocab_size - 1``."""
 
     def __init__(
@@ -74,7 +73,7 @@ class CharNgramLM:
         self._table: torch.Tensor | None = None  # [num_contexts, V] log-probabilities
 
     # ----------------------------------------------------------------------------------------------- estimation
-    def fit(self, sequences: Iterable[Sequence[int]]) -> CharNgramLM:
+    def fit(self, sequences: Iterable[Sequence[int]]) -> TokenNgramLM:
         """Estimate from token-id sequences (transcripts without bos/eos). Returns self."""
         counts: Counter[tuple[int, ...]] = Counter()
         allowed = set(self.predictable.nonzero().flatten().tolist()) - {self.eos_id}
@@ -194,7 +193,7 @@ class CharNgramLM:
 
     def _fitted_table(self) -> torch.Tensor:
         if self._table is None:
-            raise RuntimeError("CharNgramLM is not fitted: call fit() or from_dict() first")
+            raise RuntimeError("TokenNgramLM is not fitted: call fit() or from_dict() first")
         return self._table
 
     # ----------------------------------------------------------------------------------------------- storage
@@ -213,7 +212,7 @@ class CharNgramLM:
         }
 
     @classmethod
-    def from_dict(cls, state: Mapping[str, Any]) -> CharNgramLM:
+    def from_dict(cls, state: Mapping[str, Any]) -> TokenNgramLM:
         try:
             if state["smoothing"] != SMOOTHING:
                 raise ValueError(f"unknown smoothing {state['smoothing']!r}")

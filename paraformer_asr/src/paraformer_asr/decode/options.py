@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraformer_asr.data.setup import training_transcripts
-from paraformer_asr.decode.lm_fusion import build_char_lm
+from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 
 METHODS = ("greedy", "beam")
@@ -40,7 +40,7 @@ class DecodingOptions:
         beam_size, lm (built here from its training transcripts, or None) and lm_weight (0 without an LM)."""
         lm = None
         if self.lm_order > 0:
-            lm = build_char_lm(training_transcripts(loaded.cfg), loaded.tokenizer, self.lm_order)
+            lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, self.lm_order)
         return {"method": self.method, "beam_size": self.beam_size, "lm": lm,
                 "lm_weight": self.lm_weight if lm is not None else 0.0}
 

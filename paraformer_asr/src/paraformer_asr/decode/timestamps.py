@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
-from paraformer_asr.checks import assert_shape
+from paraformer_asr.checks import assert_shape, lengths_to_mask
 from paraformer_asr.config import Config
 from paraformer_asr.data.setup import make_frontend
 from paraformer_asr.data.tokenizer import WORD_START
 from paraformer_asr.data.toy import FRAME_SECONDS
-from paraformer_asr.models.cif import frame_token_weights
+from paraformer_asr.models.cif import fire_frames, frame_token_weights, scatter_to_tokens
 
 POSITION_TOLERANCE = 1e-6  # encoder frames
 MIN_TOKEN_WEIGHT = 0.1  # share of a token a frame must carry to count as part of it (chosen on validation data)
@@ -73,15 +73,14 @@ def frame_clock(cfg: Config) -> FrameClock:
     return FrameClock(frontend.hop_length * to_ms, frontend.win_length * to_ms, cfg.subsampling_factor)
 
 
-def _inverse_running_sum(cumsum: torch.Tensor, alphas: torch.Tensor, levels: torch.Tensor,
-                         right: bool) -> torch.Tensor:
-    """Position x where the running sum C (linear inside each frame) reaches each level.
+def _position_in_frame(cumsum: torch.Tensor, alphas: torch.Tensor, levels: torch.Tensor,
+                       frame: torch.Tensor) -> torch.Tensor:
+    """Position x inside ``frame`` where the running sum C (linear inside each frame) reaches each level.
 
-    cumsum / alphas [B, T] float64, levels [B, N] float64 -> [B, N] float64; ``right``: the first frame whose
-    sum passes the level (c_t > level) rather than reaches it (c_t >= level). Levels never reached give T.
+    cumsum / alphas [B, T] float64, levels [B, N] float64, frame [B, N] long (the frame holding each level; T for
+    a level never reached) -> [B, N] float64 in [frame, frame + 1], or T where frame is T.
     """
-    frame = torch.searchsorted(cumsum.contiguous(), levels.contiguous(), right=right)  # [B, N]
-    inside = frame.clamp(max=cumsum.shape[1] - 1)
+    inside = frame.clamp(0, cumsum.shape[1] - 1)
     before = (cumsum - alphas).gather(1, inside)  # c_{t-1}
     alpha = alphas.gather(1, inside)
     fraction = torch.where(alpha > 0, (levels - before) / alpha.clamp(min=1e-12), torch.zeros_like(alpha))
@@ -99,27 +98,22 @@ def cif_token_spans(alphas: torch.Tensor, num_tokens: torch.Tensor,
     width = int(num_tokens.max()) if batch > 0 else 0
     alphas = alphas.detach().double()
     cumsum = torch.cumsum(alphas, dim=1)  # [B, T']
+    valid = lengths_to_mask(num_tokens, width)  # [B, N]
     levels = torch.arange(width, dtype=torch.float64, device=alphas.device).expand(batch, -1)  # [B, N]: k
-    begins = _inverse_running_sum(cumsum, alphas, levels, right=True)
-    fires = _inverse_running_sum(cumsum, alphas, levels + 1.0, right=False)
-    last_frame = (alphas > 0).long().cumsum(1).argmax(1, keepdim=True)  # [B, 1] last frame with alpha > 0
-    fires = torch.minimum(fires, (last_frame + 1).double())  # a partial tail token ends with the last frame
+    passing = torch.searchsorted(cumsum.contiguous(), levels.contiguous(), right=True)  # [B, N] first c_t > k
+    begins = _position_in_frame(cumsum, alphas, levels, passing)
+    fires = _position_in_frame(cumsum, alphas, levels + 1.0, fire_frames(alphas, valid))  # a tail: its last frame
 
     weights, slots = frame_token_weights(alphas, num_tokens)  # [B, T', K]
-    rows = (slots + (torch.arange(batch, device=alphas.device) * (width + 1)).view(batch, 1, 1))  # [B, T', K]
-    frame_index = torch.arange(frames, device=alphas.device).view(1, frames, 1).expand_as(rows)
+    frame_index = torch.arange(frames, device=alphas.device).view(1, frames, 1).expand_as(slots)
     significant = (weights > 0) & (weights >= min_weight)
-    first = torch.full((batch * (width + 1),), frames, dtype=torch.long, device=alphas.device)
-    first = first.scatter_reduce(0, rows[significant], frame_index[significant], "amin")
-    last = torch.full((batch * (width + 1),), -1, dtype=torch.long, device=alphas.device)
-    last = last.scatter_reduce(0, rows[significant], frame_index[significant], "amax")
-    first = first.view(batch, width + 1)[:, :width].double()  # [B, N] frames == none significant
-    last = last.view(batch, width + 1)[:, :width].double()
+    first = scatter_to_tokens(torch.where(significant, frame_index, frames), slots, width, "amin", frames)
+    last = scatter_to_tokens(torch.where(significant, frame_index, -1), slots, width, "amax", -1)
+    first, last = first.double(), last.double()  # [B, N]; frames / -1: no significant frame
 
     found = last >= 0
     starts = torch.where(found, torch.maximum(begins, first), begins)
     ends = torch.where(found, torch.minimum(fires, last + 1.0), fires)
-    valid = torch.arange(width, device=alphas.device).unsqueeze(0) < num_tokens.unsqueeze(1)
     return starts * valid, ends * valid
 
 

@@ -47,7 +47,7 @@ class CifOutput:
     """alphas [B, T] raw predictor weights (0 on padding); alpha_sum [B] their sum (quantity);
     integrated_alphas [B, T] the weights actually integrated (scaled to the target length in
     training, ``alphas`` x the ``alpha_scale`` calibration at inference); embeddings [B, N, D]; token_mask [B, N] bool;
-    num_tokens [B] long; fire_frames [B, N] long (frame where token k fired, -1 on padding)."""
+    num_tokens [B] long; fire_frames [B, N] long (frame where token k fired, :func:`fire_frames`; -1 on padding)."""
 
     alphas: torch.Tensor
     alpha_sum: torch.Tensor
@@ -121,43 +121,63 @@ def frame_token_weights(alphas: torch.Tensor, num_tokens: torch.Tensor) -> tuple
     return weights, slots
 
 
+def scatter_to_tokens(values: torch.Tensor, slots: torch.Tensor, num_tokens: int, reduce: str,
+                      fill: float) -> torch.Tensor:
+    """Gather per-token results from every frame's candidates (:func:`frame_token_weights`).
+
+    values [B, T, K, *] (what frame t gives its j-th candidate), slots [B, T, K] long (the candidates' token ids,
+    ``num_tokens`` for the overflow slot) -> [B, num_tokens, *]: the values of each token reduced by ``reduce``
+    ("sum", "amin" or "amax"; the last two for [B, T, K] values), ``fill`` where no value lands. Batch rows are
+    flattened to rows b * (num_tokens + 1) + slot of one buffer, so one index_add / scatter_reduce does all.
+    """
+    batch, rest = slots.shape[0], values.shape[3:]
+    rows = (slots + (torch.arange(batch, device=slots.device) * (num_tokens + 1)).view(batch, 1, 1)).reshape(-1)
+    flat = values.reshape(rows.numel(), *rest)  # [B*T*K, *]
+    out = values.new_full((batch * (num_tokens + 1), *rest), fill)
+    out = out.index_add(0, rows, flat) if reduce == "sum" else out.scatter_reduce(0, rows, flat, reduce)
+    return out.view(batch, num_tokens + 1, *rest)[:, :num_tokens]
+
+
+def fire_frames(alphas: torch.Tensor, token_mask: torch.Tensor) -> torch.Tensor:
+    """The frame where each token fires: alphas [B, T] (integrated, threshold units, 0 on padding), token_mask
+    [B, N] bool -> [B, N] long, the first frame with c_t >= k + 1 (the last frame with alpha > 0 for a partial
+    tail token), -1 on padding. Running sums in float64. While an ONNX export traces it (the TorchScript exporter
+    has no searchsorted), the frames before each fire are counted by comparison instead: the same numbers."""
+    cumsum = torch.cumsum(alphas.detach().double(), dim=1)  # [B, T]  c_t
+    levels = torch.arange(1, token_mask.shape[1] + 1, device=alphas.device, dtype=torch.float64)  # [N]  k + 1
+    if torch.onnx.is_in_onnx_export():
+        fire = (cumsum.unsqueeze(-1) < levels).long().sum(dim=1)  # [B, N] frames before c_t reaches k + 1
+    else:
+        fire = torch.searchsorted(cumsum.contiguous(), levels.expand(cumsum.shape[0], -1).contiguous())  # [B, N]
+    last_active = (alphas > 0).long().cumsum(1).argmax(1)  # [B] last frame with alpha > 0
+    fire = torch.minimum(fire, last_active.unsqueeze(1))
+    return torch.where(token_mask, fire, torch.full_like(fire, -1))
+
+
 def cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor,
                   num_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Vectorised integrate-and-fire.
 
     hidden [B, T, D], alphas [B, T] (threshold units, >= 0, zero on padding), num_tokens [B] long
     -> embeddings [B, N, D] (N = max num_tokens, zeros on padding), token_mask [B, N] bool,
-    fire_frames [B, N] long (first frame where c_t >= k + 1; the last valid frame for a partial
-    tail token; -1 on padding).
+    fire_frames [B, N] long (:func:`fire_frames`).
     """
     dims = assert_shape(hidden, "B,T,D", "cif hidden")
     assert_shape(alphas, "B,T", "cif alphas", dims)
     assert_shape(num_tokens, "B", "cif num_tokens", dims)
-    batch, frames, dim = hidden.shape
-    max_tokens = int(num_tokens.max()) if batch > 0 else 0
+    max_tokens = int(num_tokens.max()) if hidden.shape[0] > 0 else 0
     weights, slots = frame_token_weights(alphas, num_tokens)  # [B, T, K] each
     weights = weights.to(hidden.dtype)
 
-    # Scatter-add every (frame, candidate) contribution into row b * (N + 1) + slot of a flat buffer.
-    rows = (slots + (torch.arange(batch, device=hidden.device) * (max_tokens + 1)).view(batch, 1, 1)).reshape(-1)
-    contributions = (weights.unsqueeze(-1) * hidden.unsqueeze(2)).reshape(-1, dim)  # [B*T*K, D]
-    sums = hidden.new_zeros(batch * (max_tokens + 1), dim).index_add(0, rows, contributions)
-    sums = sums.view(batch, max_tokens + 1, dim)[:, :max_tokens]  # [B, N, D]
-    mass = weights.new_zeros(batch * (max_tokens + 1)).index_add(0, rows, weights.reshape(-1))
-    mass = mass.view(batch, max_tokens + 1)[:, :max_tokens]  # [B, N]
+    contributions = weights.unsqueeze(-1) * hidden.unsqueeze(2)  # [B, T, K, D]
+    sums = scatter_to_tokens(contributions, slots, max_tokens, "sum", 0.0)  # [B, N, D]
+    mass = scatter_to_tokens(weights, slots, max_tokens, "sum", 0.0)  # [B, N]
 
     token_mask = lengths_to_mask(num_tokens, max_tokens)
     partial = token_mask & (mass < 1.0)
     scale = torch.where(partial, 1.0 / mass.clamp(min=MIN_MASS), torch.ones_like(mass))
     embeddings = sums * scale.unsqueeze(-1)
-
-    cumsum = torch.cumsum(alphas.detach().double(), dim=1)  # [B, T]
-    frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # last frame with alpha > 0
-    levels = torch.arange(1, max_tokens + 1, device=hidden.device, dtype=cumsum.dtype).expand(batch, -1)
-    fire = torch.searchsorted(cumsum.contiguous(), levels.contiguous())  # [B, N]
-    fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
-    fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))
-    return embeddings, token_mask, fire_frames
+    return embeddings, token_mask, fire_frames(alphas, token_mask)
 
 
 def dense_cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: torch.Tensor,
@@ -168,7 +188,7 @@ def dense_cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: 
 
     hidden [B, T, D], alphas [B, T] (threshold units, >= 0, zero on padding), num_tokens [B] long (<= slots)
     -> embeddings [B, slots, D] (zeros past each count), token_mask [B, slots] bool, fire_frames [B, slots] long
-    (-1 past each count). Running sums in float64, as in :func:`cif_integrate`.
+    (:func:`fire_frames`, -1 past each count). Running sums in float64, as in :func:`cif_integrate`.
     """
     cumsum = torch.cumsum(alphas.double(), dim=1)  # [B, T]  c_t
     previous = cumsum - alphas.double()  # [B, T]  c_{t-1}
@@ -181,11 +201,7 @@ def dense_cif_integrate(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: 
     partial = token_mask & (mass < 1.0)
     scale = torch.where(partial, 1.0 / mass.clamp(min=MIN_MASS), torch.ones_like(mass))  # [B, N]
     embeddings = sums * scale.unsqueeze(-1).to(hidden.dtype)  # [B, N, D]
-    frame_lengths = (alphas > 0).long().cumsum(1).argmax(1)  # [B] last frame with alpha > 0
-    fire = (cumsum.unsqueeze(-1) < tokens + 1.0).long().sum(dim=1)  # [B, N] first frame with c_t >= k + 1
-    fire = torch.minimum(fire, frame_lengths.unsqueeze(1))
-    fire_frames = torch.where(token_mask, fire, torch.full_like(fire, -1))
-    return embeddings, token_mask, fire_frames
+    return embeddings, token_mask, fire_frames(alphas, token_mask)
 
 
 class CifPredictor(nn.Module):
@@ -231,17 +247,17 @@ class CifPredictor(nn.Module):
             hidden32 = hidden.float()
             alphas = self.predict_alphas(hidden32, mask)
             check_finite(alphas, "cif alphas")
-            units = alphas / self.threshold
-            alpha_sum = units.sum(dim=1)  # [B]
+            threshold_alphas = alphas / self.threshold  # [B, T] in threshold units
+            alpha_sum = threshold_alphas.sum(dim=1)  # [B]
             if target_lengths is not None:
                 assert_shape(target_lengths, "B", "target_lengths", dims)
-                scale = target_lengths.to(units.dtype) / alpha_sum.clamp(min=MIN_MASS)
-                integrated = units * scale.unsqueeze(1)
+                scale = target_lengths.to(threshold_alphas.dtype) / alpha_sum.clamp(min=MIN_MASS)
+                integrated = threshold_alphas * scale.unsqueeze(1)
                 num_tokens = target_lengths.long()
             else:
-                integrated = units * self.alpha_scale
+                integrated = threshold_alphas * self.alpha_scale
                 num_tokens = inference_token_count(integrated, self.tail_threshold / self.threshold)
-            embeddings, token_mask, fire_frames = cif_integrate(hidden32, integrated, num_tokens)
+            embeddings, token_mask, fires = cif_integrate(hidden32, integrated, num_tokens)
         return CifOutput(alphas=alphas, alpha_sum=alpha_sum, integrated_alphas=integrated,
                          embeddings=embeddings.to(hidden.dtype), token_mask=token_mask, num_tokens=num_tokens,
-                         fire_frames=fire_frames)
+                         fire_frames=fires)

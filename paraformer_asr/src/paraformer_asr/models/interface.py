@@ -3,7 +3,7 @@
     compute_loss(batch) -> LossOutput
     greedy_decode(features, feat_mask) -> (tokens [B, T_out] long, lengths [B] long)
     beam_search(features, feat_mask, beam_size, lm=None, lm_weight=0.0)
-        -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a CharNgramLM
+        -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a TokenNgramLM
         (decode/ngram_lm.py) joined by shallow fusion with weight ``lm_weight``
     gives_timestamps: bool attribute, True when the model also offers
         decode_aligned(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, extraction) and

@@ -89,7 +89,7 @@ class ParaformerDecoding:
                     lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
 
-        With ``lm`` (a CharNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
+        With ``lm`` (a TokenNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
         log_probs, extraction = self.posteriors(features, feat_mask)
         tokens, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
         lengths = extraction.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]

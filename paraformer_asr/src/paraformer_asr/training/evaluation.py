@@ -38,12 +38,20 @@ def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device:
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
     audio_seconds = sum(t.duration_s for t in transcripts)
     scores["rtf"] = seconds / audio_seconds if audio_seconds > 0 else 0.0
-    timed = [t for t in transcripts if t.token_times is not None and t.ref_words is not None]
-    if timed:
-        errors = [error for t in timed for error in word_boundary_errors(t.ref_words, hypothesis_words(tokenizer, t))]
-        scores["word_boundary_mae_ms"] = sum(errors) / len(errors) if errors else None
-        scores["word_boundary_words"] = len(errors) // 2
+    scores.update(word_boundary_scores([(t.ref_words, hypothesis_words(tokenizer, t)) for t in transcripts
+                                        if t.token_times is not None and t.ref_words is not None]))
     return scores, transcripts, hyp_texts
+
+
+def word_boundary_scores(timed: list[tuple[list[dict], list[dict]]]) -> dict:
+    """(reference words, hypothesis words) of each utterance with timed words on both sides -> {} when there is
+    none, else ``word_boundary_mae_ms`` (mean |start| and |end| error in ms over the correctly recognised words,
+    None when no word is) and ``word_boundary_words`` (how many words it is measured on)."""
+    if not timed:
+        return {}
+    errors = [error for ref_words, hyp_words in timed for error in word_boundary_errors(ref_words, hyp_words)]
+    return {"word_boundary_mae_ms": sum(errors) / len(errors) if errors else None,
+            "word_boundary_words": len(errors) // 2}
 
 
 def oracle_length_hypotheses(model: nn.Module, loader: DataLoader, device: torch.device,
@@ -144,12 +152,8 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
         scores["word_times_increase"] = all(
             a["start_ms"] <= a["end_ms"] <= b["start_ms"] <= b["end_ms"]
             for result in results for a, b in zip(result.words, result.words[1:]))
-    timed = [(entry.words, result.words) for entry, result in zip(entries, results)
-             if entry.words is not None and result.words is not None]
-    if timed:
-        errors = [error for ref_words, hyp_words in timed for error in word_boundary_errors(ref_words, hyp_words)]
-        scores["word_boundary_mae_ms"] = sum(errors) / len(errors) if errors else None
-        scores["word_boundary_words"] = len(errors) // 2
+    scores.update(word_boundary_scores([(entry.words, result.words) for entry, result in zip(entries, results)
+                                        if entry.words is not None and result.words is not None]))
     predictions = []
     for entry, result in zip(entries, results):
         line = {"id": entry.id, "ref": entry.text, "hyp": result.text}

@@ -1,26 +1,67 @@
-"""What scripts/benchmark.py measures.
+"""Decoding speed and accuracy of trained models on the same utterances (``scripts/benchmark.py --checkpoints``).
 
-1. The vectorised CIF (models/cif.py) against :func:`loop_cif`, the plain one-frame-at-a-time
-   integrate-and-fire it must equal (tests/test_asr_cif.py checks that): times, speed-up, largest difference.
-2. Decoding of one or more trained models on the same utterances (decode/speed.py per measurement):
-   rounds that interleave the models, the median round reported, each row labelled with the model's
-   output units (characters, BPE 64, ...); the batch-1 greedy speed-up of every model over the slowest
-   one, and of every Paraformer over every autoregressive model, marked when both decode the same units.
+:func:`benchmark_decoding` times one model on fixed batches; :func:`benchmark_models` runs it for several models
+in rounds that interleave them, the median round reported, each row labelled with the model's output units
+(characters, BPE 64, ...); the batch-1 greedy speed-up of every model over the slowest one, and of every Paraformer
+over every autoregressive model, marked when both decode the same units.
 """
 
 from __future__ import annotations
 
 import platform
-import time
 from pathlib import Path
+from typing import Sequence
 
 import torch
+import torch.nn as nn
 
-from paraformer_asr.data.batching import Collator
-from paraformer_asr.decode.speed import benchmark_decoding
+from paraformer_asr.data.batching import Batch, Collator
+from paraformer_asr.data.tokenizer import Tokenizer
+from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.inference import evaluation_dataset, load_model
-from paraformer_asr.models.cif import cif_integrate, inference_token_count
+from paraformer_asr.metrics.asr_metrics import score_transcripts
 from paraformer_asr.models.factory import count_parameters
+
+
+def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,
+                       tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1) -> dict:
+    """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
+    ('beam', best beam scored) and time it.
+
+    The first ``warmup_batches`` batches are decoded once untimed first. Returns a dict:
+    method, beam_size, num_utterances, num_batches, batch_size (largest batch), seconds (decoding
+    wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
+    audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
+    latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
+    transcript length in tokens: the autoregressive decoder's step count) and cer (over the text
+    decoded with ``tokenizer``, as scripts/eval.py computes it).
+    """
+    if method not in ("greedy", "beam"):
+        raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
+    if not batches:
+        raise ValueError("benchmark_decoding needs at least one batch")
+    with torch.no_grad():
+        if warmup_batches > 0:
+            transcribe_batches(model, batches[:warmup_batches], device, method, beam_size)
+        transcripts, seconds = transcribe_batches(model, batches, device, method, beam_size)
+    hypotheses = [t.hyp_tokens for t in transcripts]
+    cer = score_transcripts([t.ref_tokens for t in transcripts], hypotheses, [t.ref_text for t in transcripts],
+                            [tokenizer.decode(h) for h in hypotheses]).cer
+    audio_seconds = sum(t.duration_s for t in transcripts)
+    return {
+        "method": method,
+        "beam_size": beam_size if method == "beam" else 1,
+        "num_utterances": len(transcripts),
+        "num_batches": len(batches),
+        "batch_size": max(batch.size for batch in batches),
+        "seconds": seconds,
+        "audio_seconds": audio_seconds,
+        "rtf": seconds / audio_seconds if audio_seconds > 0 else 0.0,
+        "latency_ms_per_utterance": 1000.0 * seconds / len(transcripts),
+        "latency_ms_per_batch": 1000.0 * seconds / len(batches),
+        "reference_tokens_per_utterance": sum(len(t.ref_tokens) for t in transcripts) / len(transcripts),
+        "cer": cer,
+    }
 
 
 def device_name(device: str) -> str:
@@ -33,70 +74,6 @@ def device_name(device: str) -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
-
-
-def best_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def loop_cif(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: torch.Tensor) -> tuple[list, list]:
-    """Sequential integrate-and-fire, one frame at a time (threshold 1).
-
-    hidden [B, T, D], alphas [B, T], num_tokens [B] -> (per utterance: list of embeddings [D],
-    list of fire frames). A frame whose alpha completes a token fires it and carries the rest
-    over (possibly firing again if alpha > 1); after the last frame an unfinished token is kept
-    (divided by its mass) only while fewer than num_tokens have fired.
-    """
-    all_embeddings, all_fires = [], []
-    for b in range(hidden.shape[0]):
-        wanted = int(num_tokens[b])
-        embeddings, fires = [], []
-        acc = 0.0
-        current = torch.zeros(hidden.shape[2], dtype=torch.float64)
-        last_valid = 0
-        for t in range(hidden.shape[1]):
-            remaining = float(alphas[b, t])
-            if remaining > 0:
-                last_valid = t
-            frame = hidden[b, t].double()
-            while len(embeddings) < wanted and acc + remaining >= 1.0:
-                part = 1.0 - acc
-                current = current + part * frame
-                embeddings.append(current)
-                fires.append(t)
-                current = torch.zeros_like(current)
-                acc = 0.0
-                remaining -= part
-            if len(embeddings) < wanted:
-                acc += remaining
-                current = current + remaining * frame
-        if len(embeddings) < wanted and acc > 0:
-            embeddings.append(current / acc)
-            fires.append(last_valid)
-        all_embeddings.append(embeddings)
-        all_fires.append(fires)
-    return all_embeddings, all_fires
-
-
-def benchmark_cif(batch: int, frames: int, dim: int, repeats: int, loop_repeats: int) -> dict:
-    gen = torch.Generator().manual_seed(0)
-    hidden = torch.randn(batch, frames, dim, generator=gen)
-    alphas = torch.rand(batch, frames, generator=gen) * 0.6  # ~0.3 tokens a frame
-    num_tokens = inference_token_count(alphas)
-    vectorised = best_time(lambda: cif_integrate(hidden, alphas, num_tokens), repeats)
-    loop = best_time(lambda: loop_cif(hidden, alphas, num_tokens), loop_repeats)
-    embeddings, _, _ = cif_integrate(hidden, alphas, num_tokens)
-    reference, _ = loop_cif(hidden, alphas, num_tokens)
-    max_diff = max(float((embeddings[b, : len(ref)] - torch.stack(ref).float()).abs().max())
-                   for b, ref in enumerate(reference) if ref)
-    return {"batch": batch, "frames": frames, "dim": dim, "tokens_mean": float(num_tokens.float().mean()),
-            "vectorised_ms": vectorised * 1000, "loop_ms": loop * 1000, "speedup": loop / vectorised,
-            "max_abs_diff": max_diff, "torch_threads": torch.get_num_threads()}
 
 
 def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, max_utterances: int,

@@ -30,7 +30,7 @@ import numpy as np
 import soundfile
 
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.serving.load_test import (loopback_address, multipart_body, percentile, request_json,
+from paraformer_asr.benchmarks.service_load import (loopback_address, multipart_body, percentile, request_json,
                                               send_uploads, server_health)
 
 GOOD_OK = "good: 200, text as alone"
