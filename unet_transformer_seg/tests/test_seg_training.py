@@ -86,6 +86,19 @@ def test_cli_training_run_writes_every_promised_file(tmp_path):
     assert refused.returncode == 2 and "trained with data.resize_mode: resize" in refused.stderr, refused.stderr
 
 
+@pytest.mark.slow
+def test_logged_val_loss_is_the_loss_eval_reports_without_class_weights(tmp_path):
+    run_dir = train(tiny_config(tmp_path, "train.class_weights=[0.2, 1.0, 3.0, 5.0]", "train.epochs=1",
+                                "train.max_steps=2", "train.num_plot_images=0")).run_dir
+    best = run_dir / "checkpoints" / "best.pt"
+    logged = load_checkpoint(best)["history"][-1]
+    result = run_script("eval.py", "--checkpoint", str(best), "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    assert scores["mean_dice"] == pytest.approx(logged["val_mean_dice"], abs=1e-6)
+    assert scores["loss"] == pytest.approx(logged["val_loss"], rel=1e-6)  # the weighted training loss would differ
+
+
 def _final_weights(tmp_path, *overrides):
     cfg = tiny_config(tmp_path, "model.norm=group", "train.loss=ce", "train.epochs=1", "train.max_steps=3",
                       "train.num_plot_images=0", *overrides)

@@ -274,6 +274,9 @@ def _check_cross_fields(cfg: Config) -> None:
             f"{data.ignore_index}; VOC-style masks use 255"
         )
     _check_class_weights(train.class_weights, data.num_classes)
+    if train.class_weights is not None and train.loss == "dice":
+        raise ConfigError("config key 'train.class_weights' weighs the cross-entropy term, and train.loss dice has "
+                          "none; set train.class_weights: null, or train.loss: ce_dice")
     _check_intensities(data)
     _check_augment(data.augment)
     if data.palette is not None:

@@ -2,8 +2,9 @@
 
 Images are batched by size (`size_grouped_batches`: at most train.eval_batch_size images and at most
 train.eval_batch_size * S * S pixels per batch); the Segmenter turns each batch into logits at the original size,
-one image at a time unless the images are no larger than a training window. The validation loss is the loss of each
-such group of logits against the original masks, averaged with the group's number of images.
+one image at a time unless the images are no larger than a training window. The loss reported (`val_loss` in training,
+`loss` of eval.py) is `validation_loss`: train.loss without class weights, of each such group of logits against the
+original masks, averaged with the group's number of images.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..data.datasets import SegmentationSplit, build_split, eval_collate, size_g
 from ..data.image_io import write_label_png, write_png
 from ..inference import InferenceOptions, Segmenter, overlay
 from ..labels import logits_to_labels
-from ..losses import LossFn
+from ..losses import build_loss
 from ..metrics import SegmentationScores
 from .distributed import DistInfo, all_reduce_sum
 from .run_folder import write_csv
@@ -42,12 +43,18 @@ def evaluation_split(cfg: Config, split: str, options: InferenceOptions = Infere
     return build_split(cfg, split, train=False, root=root, resize_for_eval=resize_for_eval)
 
 
+def validation_loss(cfg: Config) -> torch.nn.Module:
+    """The one loss evaluation reports: `train.loss` with `train.dice_include_background`, without
+    `train.class_weights` (so runs that weigh classes differently report losses on one scale) and without the
+    deep-supervision terms (an eval-mode model has no auxiliary outputs)."""
+    return build_loss(cfg.train.loss, dice_include_background=cfg.train.dice_include_background)
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
     dataset: SegmentationSplit,
     cfg: Config,
-    loss_fn: LossFn,
     dist_info: Optional[DistInfo] = None,
     options: InferenceOptions = InferenceOptions(),
     prediction_callback: Optional[PredictionCallback] = None,
@@ -57,9 +64,10 @@ def evaluate(
 
     With several ranks each evaluates indices rank, rank + world, ... and every counter is summed across ranks, so
     the scores equal those of one process (rows stay per rank). `prediction_callback(index, labels)` receives every
-    original-size prediction (used to save masks).
+    original-size prediction (used to save masks). The loss is `validation_loss(cfg)`.
     """
     dist_info = dist_info or DistInfo()
+    loss_fn = validation_loss(cfg)
     segmenter = Segmenter(model, cfg, options)
     if dataset.transform.resize_for_eval != segmenter.resizes_input:
         raise ValueError("evaluate needs a split made by evaluation_split with the same inference options")

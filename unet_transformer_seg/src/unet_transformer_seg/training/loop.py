@@ -398,7 +398,7 @@ class Trainer:
         average_float_buffers(self.model, self.dist)
         if self.ema is not None:
             average_float_buffers(self.eval_model, self.dist)
-        scores = evaluate(self.eval_model, self.val_set, cfg, self.loss_fn, self.dist).scores
+        scores = evaluate(self.eval_model, self.val_set, cfg, self.dist).scores
         row = {
             "run_id": self.run_id,
             "model_type": cfg.model.type,
