@@ -18,7 +18,7 @@ import torch
 from ..config import Config
 from ..data.datasets import SegmentationSplit, build_split, eval_collate, size_grouped_batches
 from ..data.image_io import write_label_png, write_png
-from ..inference import InferenceOptions, Segmenter, overlay
+from ..inference import InferenceOptions, Segmenter, overlay, sees_resized_images
 from ..labels import logits_to_labels
 from ..losses import build_loss
 from ..metrics import SegmentationScores
@@ -39,8 +39,7 @@ def evaluation_split(cfg: Config, split: str, options: InferenceOptions = Infere
     """The split as evaluation needs it: images resized to S x S in the data workers when the model sees them so
     (resize mode), else at their own size."""
     options.check_model(cfg)
-    resize_for_eval = cfg.data.resize_mode == "resize"
-    return build_split(cfg, split, train=False, root=root, resize_for_eval=resize_for_eval)
+    return build_split(cfg, split, train=False, root=root, resize_for_eval=sees_resized_images(cfg))
 
 
 def validation_loss(cfg: Config) -> torch.nn.Module:
@@ -70,7 +69,8 @@ def evaluate(
     loss_fn = validation_loss(cfg)
     segmenter = Segmenter(model, cfg, options)
     if dataset.transform.resize_for_eval != segmenter.resizes_input:
-        raise ValueError("evaluate needs a split made by evaluation_split with the same inference options")
+        raise ValueError("evaluate needs a split made by evaluation_split for this config (images resized to S x S "
+                         "exactly when the model sees them so)")
     sizes = {index: dataset.size_of(index) for index in range(dist_info.rank, len(dataset), dist_info.world_size)}
     batch_size = cfg.train.eval_batch_size
     batches = size_grouped_batches(sizes, batch_size, batch_size * cfg.data.image_size**2)
