@@ -169,8 +169,9 @@ class Segmenter:
     @torch.no_grad()
     def native_logits(self, images: torch.Tensor, size: Tuple[int, int]) -> Iterator[Tuple[slice, torch.Tensor]]:
         """images [B, C, h, w] normalised (S x S when `resizes_input`, else the images' own size), all of one original
-        size (H0, W0) -> yields (which images, logits [b, K, H0, W0]): the whole batch at once when H0 * W0 <= S * S,
-        else one image at a time."""
+        size (H0, W0) -> yields (which images, logits [b, K, H0, W0]): the whole batch at once when the logits at
+        native size are no larger than the model's output anyway (resized: H0 * W0 <= S * S; windows: both sides of
+        the images, after `random_crop`'s scale-up, <= S, one window each), else one image at a time."""
         batch = images.shape[0]
         together = size[0] * size[1] <= self.window * self.window
         if self.resizes_input:
