@@ -161,7 +161,8 @@ def test_auto_class_weights_are_counted_once_and_kept_in_the_checkpoint(tmp_path
 
 
 def _norm_layers(model: torch.nn.Module) -> set:
-    return {type(module) for module in model.modules() if isinstance(module, torch.nn.modules.batchnorm._BatchNorm)}
+    return {type(module) for module in model.modules()
+            if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.SyncBatchNorm))}
 
 
 def test_syncbatch_norm_converts_the_trained_model_when_distributed(tmp_path, monkeypatch):
