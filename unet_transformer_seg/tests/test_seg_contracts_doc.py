@@ -1,7 +1,8 @@
 """docs/tensor_contracts.md is the reader's map of the package; the docstrings are the source. Every function, class or
 method the map names with an argument list in a table's first column (`name(arg, other=...)`, `Class.method(arg)`,
 `Class(arg).method(arg)`, `Class(arg)(arg)` for `__call__`) must exist in the package and take the arguments listed
-(`...` stands for arguments left out)."""
+(`...` stands for arguments left out); a name without arguments (`logits_to_labels`, `UNet.forward`, `IGNORE_LABEL`)
+must exist. The notation table's symbols, one-letter symbols and file names are not names of the package."""
 
 import importlib
 import inspect
@@ -14,12 +15,20 @@ import unet_transformer_seg
 from seg_helpers import PROJECT_DIR
 
 CALL_HEAD = re.compile(r"([A-Za-z_][\w.]*)\(")
+BARE_NAME = re.compile(r"[A-Za-z_]\w+(\.[A-Za-z_]\w*)?")
+FILE_NAME = re.compile(r"[\w/]+\.(py|onnx|json|yaml|md|pt)")
 
 
 def first_column_spans(markdown: str) -> Iterator[str]:
-    """The backticked spans in the first column of every table row (a `|` inside backticks is not a cell border)."""
+    """The backticked spans in the first column of every table row (a `|` inside backticks is not a cell border),
+    the notation table (first header cell `Symbol`) left out."""
+    previous, in_notation = "", False
     for line in markdown.splitlines():
-        if not line.startswith("|") or set(line) <= set("|-: "):
+        starts_table = line.startswith("|") and not previous.startswith("|")
+        previous = line
+        if starts_table:
+            in_notation = line.split("|")[1].strip() == "Symbol"
+        if not line.startswith("|") or set(line) <= set("|-: ") or in_notation:
             continue
         cell, in_code = [], False
         for char in line[1:]:
@@ -76,12 +85,13 @@ def parse_calls(span: str) -> List[Tuple[str, List[str]]]:
 
 
 def package_definitions(package) -> Dict[str, List[object]]:
-    """Every function and class defined at the top of a module of the package, by name."""
+    """Every function, class and constant (UPPER_CASE) at the top of a module of the package, by name."""
     found: Dict[str, List[object]] = {}
     for module_info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         module = importlib.import_module(module_info.name)
         for name, value in vars(module).items():
-            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__:
+            defined_here = (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__
+            if defined_here or (name.isupper() and not callable(value)):  # functions, classes, constants
                 found.setdefault(name, []).append(value)
     return found
 
@@ -103,6 +113,10 @@ def contract_drift(markdown: str, definitions: Dict[str, List[object]]) -> List[
     """One sentence per name the tables list that the package lacks, or per argument it does not take."""
     problems = []
     for span in first_column_spans(markdown):
+        if BARE_NAME.fullmatch(span) and not FILE_NAME.fullmatch(span):
+            if not _resolve(span, definitions):
+                problems.append(f"`{span}`: no {span} in the package")
+            continue
         for name, arguments in parse_calls(span):
             candidates = _resolve(name, definitions)
             if not candidates:
@@ -132,7 +146,12 @@ def test_the_checker_reports_wrong_names_and_arguments():
         "| `no_such_function(x)` | |",
         "| `Trainer(cfg).sprint()`, `SegmentationTransform(image_size, ...)(image, mask, rng, extra)` | |",
         "| `Segmenter.native_logits(images, size)` / `SegmentationLoss(name, class_weights=[1, 2])` | |",
-        "| `IGNORE_LABEL` | `not_a_call(x)` in another column |",
+        "| `IGNORE_LABEL`, `UNet.forward`, `checks.py`, `model.onnx` | `not_a_call(x)` in another column |",
+        "| `UNet.backward`, `logits_to_label` | |",
+        "",
+        "| Symbol | Meaning |",
+        "|---|---|",
+        "| `B`, `no_such_symbol` | the notation table is no map of the package |",
     ])
     definitions = package_definitions(unet_transformer_seg)
     assert parse_calls("Class(a, b=[(1, 2), 3])(x)") == [("Class", ["a", "b=[(1, 2), 3]"]), ("Class.__call__", ["x"])]
@@ -142,4 +161,6 @@ def test_the_checker_reports_wrong_names_and_arguments():
         "`Trainer(cfg).sprint()`: no Trainer.sprint in the package",
         "`SegmentationTransform(image_size, ...)(image, mask, rng, extra)`: SegmentationTransform.__call__ takes "
         "(image, mask, rng), not extra",
+        "`UNet.backward`: no UNet.backward in the package",
+        "`logits_to_label`: no logits_to_label in the package",
     ]
