@@ -22,7 +22,6 @@ from unet_transformer_seg.cli import run_main
 from unet_transformer_seg.errors import ConfigError
 from unet_transformer_seg.deployment import add_backend_arguments, load_model_for_inference
 from unet_transformer_seg.inference import InferenceOptions, model_device
-from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.training.evaluate import (
     evaluate, evaluation_split, prediction_writer, write_per_image_csv,
 )
@@ -60,8 +59,7 @@ def main() -> int:
     writer = None
     if args.save_predictions:
         writer = prediction_writer(Path(args.save_predictions), dataset, cfg.data.num_classes)
-    loss_fn = build_loss(cfg.train.loss, dice_include_background=cfg.train.dice_include_background).to(device)
-    result = evaluate(model, dataset, cfg, loss_fn, options=options, prediction_callback=writer,
+    result = evaluate(model, dataset, cfg, options=options, prediction_callback=writer,
                       keep_rows=bool(args.per_image))
     metrics = {key: result.scores[key] for key in METRIC_KEYS}
     metrics["inference"] = {"resize_mode": cfg.data.resize_mode, "windows": not dataset.transform.resize_for_eval,

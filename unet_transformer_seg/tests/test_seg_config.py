@@ -40,6 +40,8 @@ def test_required_configs_exist():
         ({"data": {"num_classes": 2, "palette": [[0, 0, 0]]}}, "data.palette' must list one colour per class"),
         ({"data": {"std": float("nan")}}, "config key 'data.std' must be > 0.0, got nan"),
         ({"train": {"max_steps": 0}}, "config key 'train.max_steps' must be >= 1"),
+        ({"train": {"loss": "dice", "class_weights": "auto"}}, "config key 'train.class_weights' weighs the "
+                                                                 "cross-entropy term, and train.loss dice has none"),
     ],
 )
 def test_bad_values_name_the_key(raw, message):

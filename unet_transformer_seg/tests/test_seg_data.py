@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from unet_transformer_seg.config import load_config
-from unet_transformer_seg.data.datasets import FolderDataset, SegmentationSplit, build_split
+from unet_transformer_seg.data.datasets import FolderDataset, build_split
 from unet_transformer_seg.data.image_io import convert_channels, read_image, read_mask, write_png
 from unet_transformer_seg.data.toy_shapes import ToyShapesDataset
 from unet_transformer_seg.data.transforms import (
@@ -31,7 +31,8 @@ def test_toy_sample_is_a_pure_function_of_seed_and_index():
     first, second = ToyShapesDataset(10, 32, seed=1), ToyShapesDataset(10, 32, seed=1)
     for index in (0, 7, 3):
         assert torch.equal(first[index][0], second[index][0]) and torch.equal(first[index][1], second[index][1])
-    assert torch.equal(first[4][0], first[4][0])
+    fresh = ToyShapesDataset(10, 32, seed=1)  # index 4 read first here, after 0, 7 and 3 above: order is no input
+    assert torch.equal(fresh[4][0], first[4][0]) and torch.equal(fresh[4][1], first[4][1])
     assert not torch.equal(first[4][0], ToyShapesDataset(10, 32, seed=2)[4][0])
     assert not torch.equal(first[4][0], ToyShapesDataset(10, 32, seed=1, split="val")[4][0])
 
@@ -209,17 +210,25 @@ def test_gray_and_rgba_images_and_varying_sizes_become_training_tensors(tmp_path
     matplotlib.image.imsave(tmp_path / "train" / "images" / "img1.png", rgba)
     write_png(tmp_path / "train" / "images" / "img0.png", np.full((10, 14), 200, np.uint8))
     cfg = load_config(None, ["data.kind=folder", f"data.root={tmp_path}", "data.image_size=16", "data.num_classes=2"])
+    gray = torch.full((3, 16, 16), (200 / 255 - 0.5) / 0.25)  # img0: 200 in every channel, normalised
+    rgba_as_read = read_image(tmp_path / "train" / "images" / "img1.png", 3)  # [3, 10, 14]
+    masks = [read_mask(tmp_path / "train" / "masks" / f"img{index}.png", 2) for index in range(2)]  # [10, 14]
     for mode in ("resize", "random_crop"):
         cfg.data.resize_mode = mode
         split = build_split(cfg, "train", train=True)
         for index in range(2):
             image, mask = split[index]
             assert image.shape == (3, 16, 16) and mask.shape == (16, 16)
+            assert set(mask.unique().tolist()) <= set(masks[index].unique().tolist())
+        assert torch.allclose(split[0][0], gray, atol=1e-5)  # flips and crops leave a flat image flat
+    cfg.data.hflip = cfg.data.vflip = cfg.data.rot90 = False
+    cfg.data.resize_mode = "resize"
+    image, mask = build_split(cfg, "train", train=True)[1]  # no random geometry left: the plain resize
+    assert torch.allclose(image, resize_image((rgba_as_read - 0.5) / 0.25, (16, 16)), atol=1e-5)
+    assert torch.equal(mask, resize_mask(masks[1], (16, 16)))
     evaluation = build_split(cfg, "train", train=False)
     image, full_mask = evaluation[0]
-    assert image.shape == (3, 16, 16) and full_mask.shape == (10, 14)
-    assert torch.allclose(image[:, 0, 0], torch.full((3,), (200 / 255 - 0.5) / 0.25), atol=1e-5)
-    assert isinstance(evaluation, SegmentationSplit)
+    assert torch.allclose(image, gray, atol=1e-5) and torch.equal(full_mask, masks[0])  # the mask at its own size
 
 
 def test_jpeg_images_are_read(tmp_path: Path):

@@ -9,7 +9,7 @@ from unet_transformer_seg.losses import (
     binary_cross_entropy_loss, binary_dice_loss, build_loss, cross_entropy_loss, soft_dice_loss,
 )
 from unet_transformer_seg.metrics import SegmentationScores, per_image_confusion, scores_from_confusion
-from unet_transformer_seg.training.loop import auto_class_weights
+from unet_transformer_seg.losses import auto_class_weights
 
 from seg_reference import confusion_reference, per_image_confusion_reference
 

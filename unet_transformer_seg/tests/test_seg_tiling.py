@@ -145,7 +145,7 @@ def test_tiles_on_a_resize_trained_model_are_refused():
     with pytest.raises(ConfigError, match="trained with data.resize_mode: resize"):
         Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True))
     cfg.data.resize_mode = "pad"
-    assert Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True)).windowed
+    assert Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True)).resizes_input is False
 
 
 @pytest.mark.parametrize("mode", ["resize", "pad", "random_crop"])

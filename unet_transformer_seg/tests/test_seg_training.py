@@ -14,7 +14,7 @@ from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.models import build_model
 from unet_transformer_seg.checkpointing import load_checkpoint
 from unet_transformer_seg.training.distributed import DistInfo
-from unet_transformer_seg.training.loop import train
+from unet_transformer_seg.training.loop import Trainer, train
 from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS
 
 from seg_helpers import run_script, tiny_cli_args, tiny_config
@@ -86,6 +86,19 @@ def test_cli_training_run_writes_every_promised_file(tmp_path):
     assert refused.returncode == 2 and "trained with data.resize_mode: resize" in refused.stderr, refused.stderr
 
 
+@pytest.mark.slow
+def test_logged_val_loss_is_the_loss_eval_reports_without_class_weights(tmp_path):
+    run_dir = train(tiny_config(tmp_path, "train.class_weights=[0.2, 1.0, 3.0, 5.0]", "train.epochs=1",
+                                "train.max_steps=2", "train.num_plot_images=0")).run_dir
+    best = run_dir / "checkpoints" / "best.pt"
+    logged = load_checkpoint(best)["history"][-1]
+    result = run_script("eval.py", "--checkpoint", str(best), "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(result.stdout)
+    assert scores["mean_dice"] == pytest.approx(logged["val_mean_dice"], abs=1e-6)
+    assert scores["loss"] == pytest.approx(logged["val_loss"], rel=1e-6)  # the weighted training loss would differ
+
+
 def _final_weights(tmp_path, *overrides):
     cfg = tiny_config(tmp_path, "model.norm=group", "train.loss=ce", "train.epochs=1", "train.max_steps=3",
                       "train.num_plot_images=0", *overrides)
@@ -138,13 +151,26 @@ def test_a_non_finite_loss_stops_training_and_debug_checks_name_the_layer(tmp_pa
 def test_auto_class_weights_are_counted_once_and_kept_in_the_checkpoint(tmp_path):
     cfg = tiny_config(tmp_path, "train.loss=ce", "train.class_weights=auto", "train.epochs=1", "train.max_steps=2",
                       "train.num_plot_images=0", "model.norm=syncbatch")
-    run_dir = train(cfg).run_dir
+    trainer = Trainer(cfg)
+    run_dir = trainer.run().run_dir
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     weights = state["class_weights"]
     assert len(weights) == 4 and sum(weights) / 4 == pytest.approx(1.0) and weights[0] == min(weights)
     assert "class weights [" in (run_dir / "train.log").read_text()
-    model = build_model(cfg)
-    assert any(isinstance(module, torch.nn.BatchNorm2d) for module in model.modules())  # one process: plain BN
+    assert _norm_layers(trainer.model) == {torch.nn.BatchNorm2d}  # one process: the model trained keeps plain BN
+
+
+def _norm_layers(model: torch.nn.Module) -> set:
+    return {type(module) for module in model.modules()
+            if isinstance(module, (torch.nn.BatchNorm2d, torch.nn.SyncBatchNorm))}
+
+
+def test_syncbatch_norm_converts_the_trained_model_when_distributed(tmp_path, monkeypatch):
+    import unet_transformer_seg.training.loop as loop
+
+    monkeypatch.setattr(loop, "init_distributed", lambda device_type: DistInfo(0, 1, 0, enabled=True))
+    trainer = Trainer(tiny_config(tmp_path, "model.norm=syncbatch"))
+    assert _norm_layers(trainer._build_model()) == {torch.nn.SyncBatchNorm}
 
 
 def test_syncbatch_norm_with_several_cpu_processes_is_refused(tmp_path, monkeypatch):

@@ -159,7 +159,7 @@ def measure_deployed_quality(model_paths: Dict[str, str], split: str, num_thread
         model, cfg = load_model_for_inference(path, DEPLOY_BACKENDS[backend], num_threads)
         cfg.train.num_workers = 0
         labels: Dict[int, torch.Tensor] = {}
-        scores = evaluate(model, evaluation_split(cfg, split), cfg, build_loss(cfg.train.loss),
+        scores = evaluate(model, evaluation_split(cfg, split), cfg,
                           prediction_callback=labels.__setitem__).scores  # labels: index -> [H0, W0]
         if backend == "torch":
             torch_labels = labels

@@ -10,7 +10,7 @@ import os
 import pickle
 import random
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 import numpy as np
 import torch
@@ -52,12 +52,18 @@ def load_checkpoint(path: str | Path) -> Dict[str, Any]:
         ) from None
     except Exception as exc:  # zip/EOF/runtime errors from a damaged or non-torch file
         raise CheckpointError(f"cannot read checkpoint {path}: truncated or not a torch checkpoint ({exc})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT_TAG:
-        raise CheckpointError(f"{path} is not a unet_transformer_seg checkpoint (missing format tag {FORMAT_TAG!r})")
-    missing = [key for key in REQUIRED_KEYS if key not in state]
+    return check_tagged(state, path, "unet_transformer_seg checkpoint", FORMAT_TAG, REQUIRED_KEYS)
+
+
+def check_tagged(content: Any, path: Path, kind: str, tag: str, required: Sequence[str]) -> Dict[str, Any]:
+    """`content` read from `path` (a checkpoint, an export sidecar) when it is a dict with `format` == tag holding
+    every key of `required`; else a CheckpointError naming the file."""
+    if not isinstance(content, dict) or content.get("format") != tag:
+        raise CheckpointError(f"{path} is not a {kind} (missing format tag {tag!r})")
+    missing = [key for key in required if key not in content]
     if missing:
-        raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}")
-    return state
+        raise CheckpointError(f"{path} lacks {', '.join(missing)}")
+    return content
 
 
 def resolve_checkpoint_path(run_dir_or_checkpoint: str | Path) -> Path:

@@ -16,7 +16,9 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
+from .data.transforms import RESIZE_MODES
 from .errors import ConfigError
+from .losses import LOSS_NAMES, SIGMOID_LOSSES
 
 
 def _field(default, **rules):
@@ -82,7 +84,7 @@ class DataConfig:
     # folder set only: mask value that marks pixels no loss or metric looks at (VOC's void label is 255)
     ignore_index: Optional[int] = _field(None, min=0)
     # both
-    resize_mode: str = _field("resize", choices=("resize", "pad", "random_crop"))
+    resize_mode: str = _field("resize", choices=RESIZE_MODES)
     hflip: bool = _field(True)
     vflip: bool = _field(True)
     rot90: bool = _field(True)
@@ -132,7 +134,7 @@ class TrainConfig:
     num_workers: int = _field(0, min=0)
     log_every: int = _field(20, min=1)
     val_every_steps: Optional[int] = _field(None, min=1)  # null: validate after every epoch
-    loss: str = _field("ce_dice", choices=("ce", "dice", "ce_dice", "bce", "bce_dice"))
+    loss: str = _field("ce_dice", choices=LOSS_NAMES)
     class_weights: Union[str, List[float], None] = _field(None)  # null | auto | [w0, w1, ...]
     dice_include_background: bool = _field(True)
     checkpoint_every: int = _field(0, min=0)
@@ -266,7 +268,7 @@ def _check_cross_fields(cfg: Config) -> None:
             )
     if data.binary and data.num_classes != 2:
         raise ConfigError(f"config key 'data.num_classes' must be 2 when data.binary is true, got {data.num_classes}")
-    if train.loss in ("bce", "bce_dice") and data.num_classes != 2:
+    if train.loss in SIGMOID_LOSSES and data.num_classes != 2:
         raise ConfigError(f"config key 'train.loss' {train.loss!r} needs data.num_classes 2, got {data.num_classes}")
     if data.ignore_index is not None and data.ignore_index < data.num_classes:
         raise ConfigError(
@@ -274,6 +276,9 @@ def _check_cross_fields(cfg: Config) -> None:
             f"{data.ignore_index}; VOC-style masks use 255"
         )
     _check_class_weights(train.class_weights, data.num_classes)
+    if train.class_weights is not None and train.loss == "dice":
+        raise ConfigError("config key 'train.class_weights' weighs the cross-entropy term, and train.loss dice has "
+                          "none; set train.class_weights: null, or train.loss: ce_dice")
     _check_intensities(data)
     _check_augment(data.augment)
     if data.palette is not None:

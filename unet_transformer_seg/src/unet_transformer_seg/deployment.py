@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from . import __version__
+from .checkpointing import check_tagged
 from .config import Config, config_from_dict, config_to_dict
 from .data.toy_shapes import CLASS_NAMES as TOY_CLASS_NAMES
 from .errors import CheckpointError, ConfigError, MissingDependencyError
@@ -185,12 +186,7 @@ def read_sidecar(path: Path) -> Dict[str, Any]:
         sidecar = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"cannot read {path}: {exc}") from None
-    if not isinstance(sidecar, dict) or sidecar.get("format") != EXPORT_FORMAT:
-        raise CheckpointError(f"{path} is not a unet_transformer_seg export sidecar (format tag {EXPORT_FORMAT!r})")
-    missing = [key for key in SIDECAR_KEYS if key not in sidecar]
-    if missing:
-        raise CheckpointError(f"{path} lacks {', '.join(missing)}")
-    return sidecar
+    return check_tagged(sidecar, path, "unet_transformer_seg export sidecar", EXPORT_FORMAT, SIDECAR_KEYS)
 
 
 def _sidecar_config(sidecar: Dict[str, Any], path: Path) -> Config:

@@ -35,7 +35,7 @@ from .data.image_io import display_image
 from .data.normalization import Normalization
 from .data.transforms import cover_size, resize_image, resize_logits
 from .errors import CheckpointError, ConfigError
-from .labels import class_colours, logits_to_labels
+from .labels import colour_labels, logits_to_labels
 from .models import build_model
 from .tiling import sliding_window_logits
 from .checkpointing import load_checkpoint, resolve_checkpoint_path
@@ -84,12 +84,18 @@ class InferenceOptions:
 
     def check_model(self, cfg: Config) -> None:
         """Refuse `tiles` for a model trained on whole images resized to S x S (see the module docstring)."""
-        if self.tiles and cfg.data.resize_mode == "resize":
+        if self.tiles and sees_resized_images(cfg):
             raise ConfigError(
                 f"--tiles: this model was trained with data.resize_mode: resize (whole images squashed to "
                 f"{cfg.data.image_size} x {cfg.data.image_size}); windows at native size would show it objects at a "
                 f"scale it never saw. Predict without --tiles (the image is resized as in training), or train with "
                 f"data.resize_mode: pad or random_crop for sliding windows")
+
+
+def sees_resized_images(cfg: Config) -> bool:
+    """True when the model sees whole images resized to S x S (`data.resize_mode: resize`), False when it sees
+    windows at the images' own size: the one place this is decided (`Segmenter`, `evaluation_split`)."""
+    return cfg.data.resize_mode == "resize"
 
 
 def load_trained_model(checkpoint: str | Path, device: str | torch.device = "cpu") -> Tuple[torch.nn.Module, Config]:
@@ -147,16 +153,11 @@ class Segmenter:
         options.check_model(cfg)
         self.model, self.cfg, self.options = model, cfg, options
         self.window = cfg.data.image_size
-        self.windowed = cfg.data.resize_mode != "resize"
+        self.resizes_input = sees_resized_images(cfg)  # images come resized to S x S (else at their own size)
         self.tile_batch = options.tile_batch or cfg.train.eval_batch_size
         self.alignment = 2**cfg.model.depth
         self.device = model_device(model)
         self.normalization = Normalization.from_config(cfg.data)
-
-    @property
-    def resizes_input(self) -> bool:
-        """True when images go to the model resized to S x S (the dataset may resize them in its workers)."""
-        return not self.windowed
 
     def predict(self, images: torch.Tensor) -> torch.Tensor:
         """[n, C, S', S'] normalised -> logits [n, K, S', S'] float32, with the configured test-time augmentation."""
@@ -168,8 +169,9 @@ class Segmenter:
     @torch.no_grad()
     def native_logits(self, images: torch.Tensor, size: Tuple[int, int]) -> Iterator[Tuple[slice, torch.Tensor]]:
         """images [B, C, h, w] normalised (S x S when `resizes_input`, else the images' own size), all of one original
-        size (H0, W0) -> yields (which images, logits [b, K, H0, W0]): the whole batch at once when H0 * W0 <= S * S,
-        else one image at a time."""
+        size (H0, W0) -> yields (which images, logits [b, K, H0, W0]): the whole batch at once when the logits at
+        native size are no larger than the model's output anyway (resized: H0 * W0 <= S * S; windows: both sides of
+        the images, after `random_crop`'s scale-up, <= S, one window each), else one image at a time."""
         batch = images.shape[0]
         together = size[0] * size[1] <= self.window * self.window
         if self.resizes_input:
@@ -201,7 +203,7 @@ class Segmenter:
 def overlay(image: torch.Tensor, labels: torch.Tensor, num_classes: int, alpha: float = 0.5) -> np.ndarray:
     """image [C, H, W] (as read), labels [H, W] -> [H, W, 3] uint8: class colours blended over the image."""
     base = display_image(image).permute(1, 2, 0).numpy()  # [H, W, 3] in [0, 1]
-    colours = class_colours(num_classes)[labels.numpy()].astype(np.float32) / 255.0
+    colours = colour_labels(labels, num_classes).astype(np.float32) / 255.0  # [H, W, 3]
     foreground = (labels.numpy() > 0)[..., None]
     blended = np.where(foreground, (1 - alpha) * base + alpha * colours, base)
     return (blended * 255).round().astype(np.uint8)

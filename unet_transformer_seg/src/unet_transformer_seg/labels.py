@@ -5,7 +5,8 @@
   `data.resize_mode: pad` and the sliding window add is filled with it. -1 is never a class id, so this works whether
   or not `data.ignore_index` is set.
 - Predictions are class ids too: `logits_to_labels` turns logits into them.
-- `class_colours` gives each class id a display colour (masks written as indexed PNGs, overlays, plots).
+- `class_colours` gives each class id a display colour (masks written as indexed PNGs, overlays, plots);
+  `colour_labels` paints a label map with them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ def class_colours(num_classes: int) -> np.ndarray:
     """[K, 3] uint8 display colours, all distinct: class 0 black, classes 1..10 tab10, the rest VOC's colour map."""
     colours = [(0, 0, 0)] + [TAB10[k - 1] if k <= len(TAB10) else _voc_colour(k) for k in range(1, num_classes)]
     return np.array(colours, dtype=np.uint8)
+
+
+def colour_labels(labels: torch.Tensor, num_classes: int) -> np.ndarray:
+    """[H, W] class ids (or IGNORE_LABEL) -> [H, W, 3] uint8 `class_colours`, ignored pixels white."""
+    ids = labels.cpu().numpy()
+    colours = class_colours(num_classes)[np.clip(ids, 0, None)]
+    colours[ids == IGNORE_LABEL] = 255
+    return colours
 
 
 def logits_to_labels(logits: torch.Tensor) -> torch.Tensor:

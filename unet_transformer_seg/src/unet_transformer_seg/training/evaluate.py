@@ -2,8 +2,9 @@
 
 Images are batched by size (`size_grouped_batches`: at most train.eval_batch_size images and at most
 train.eval_batch_size * S * S pixels per batch); the Segmenter turns each batch into logits at the original size,
-one image at a time unless the images are no larger than a training window. The validation loss is the loss of each
-such group of logits against the original masks, averaged with the group's number of images.
+one image at a time unless the images are no larger than a training window. The loss reported (`val_loss` in training,
+`loss` of eval.py) is `validation_loss`: train.loss without class weights, of each such group of logits against the
+original masks, averaged with the group's number of images.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import torch
 from ..config import Config
 from ..data.datasets import SegmentationSplit, build_split, eval_collate, size_grouped_batches
 from ..data.image_io import write_label_png, write_png
-from ..inference import InferenceOptions, Segmenter, overlay
+from ..inference import InferenceOptions, Segmenter, overlay, sees_resized_images
 from ..labels import logits_to_labels
-from ..losses import LossFn
+from ..losses import build_loss
 from ..metrics import SegmentationScores
 from .distributed import DistInfo, all_reduce_sum
 from .run_folder import write_csv
@@ -38,8 +39,14 @@ def evaluation_split(cfg: Config, split: str, options: InferenceOptions = Infere
     """The split as evaluation needs it: images resized to S x S in the data workers when the model sees them so
     (resize mode), else at their own size."""
     options.check_model(cfg)
-    resize_for_eval = cfg.data.resize_mode == "resize"
-    return build_split(cfg, split, train=False, root=root, resize_for_eval=resize_for_eval)
+    return build_split(cfg, split, train=False, root=root, resize_for_eval=sees_resized_images(cfg))
+
+
+def validation_loss(cfg: Config) -> torch.nn.Module:
+    """The one loss evaluation reports: `train.loss` with `train.dice_include_background`, without
+    `train.class_weights` (so runs that weigh classes differently report losses on one scale) and without the
+    deep-supervision terms (an eval-mode model has no auxiliary outputs)."""
+    return build_loss(cfg.train.loss, dice_include_background=cfg.train.dice_include_background)
 
 
 @torch.no_grad()
@@ -47,7 +54,6 @@ def evaluate(
     model: torch.nn.Module,
     dataset: SegmentationSplit,
     cfg: Config,
-    loss_fn: LossFn,
     dist_info: Optional[DistInfo] = None,
     options: InferenceOptions = InferenceOptions(),
     prediction_callback: Optional[PredictionCallback] = None,
@@ -57,12 +63,14 @@ def evaluate(
 
     With several ranks each evaluates indices rank, rank + world, ... and every counter is summed across ranks, so
     the scores equal those of one process (rows stay per rank). `prediction_callback(index, labels)` receives every
-    original-size prediction (used to save masks).
+    original-size prediction (used to save masks). The loss is `validation_loss(cfg)`.
     """
     dist_info = dist_info or DistInfo()
+    loss_fn = validation_loss(cfg)
     segmenter = Segmenter(model, cfg, options)
     if dataset.transform.resize_for_eval != segmenter.resizes_input:
-        raise ValueError("evaluate needs a split made by evaluation_split with the same inference options")
+        raise ValueError("evaluate needs a split made by evaluation_split for this config (images resized to S x S "
+                         "exactly when the model sees them so)")
     sizes = {index: dataset.size_of(index) for index in range(dist_info.rank, len(dataset), dist_info.world_size)}
     batch_size = cfg.train.eval_batch_size
     batches = size_grouped_batches(sizes, batch_size, batch_size * cfg.data.image_size**2)

@@ -41,7 +41,7 @@ from ..data.image_io import display_image
 from ..data.normalization import COUNTED_MODES, count_statistics, describe
 from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
-from ..losses import build_loss
+from ..losses import auto_class_weights, build_loss
 from ..models import build_model
 from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
 from .distributed import (
@@ -63,18 +63,6 @@ RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_ep
 class TrainResult:
     run_dir: Path
     stopped_by_signal: Optional[int] = None
-
-
-def auto_class_weights(pixel_counts: torch.Tensor) -> List[float]:
-    """[N] pixel counts -> weights proportional to 1 / sqrt(class frequency), averaging 1.
-
-    A class without any pixel gets the largest weight of the classes present (it never is a target in training, so
-    its weight only matters for the average)."""
-    frequency = pixel_counts.double() / pixel_counts.sum().clamp(min=1)
-    weights = frequency.rsqrt()
-    present = pixel_counts > 0
-    weights = torch.where(present, weights, weights[present].max() if present.any() else torch.ones_like(weights))
-    return (weights / weights.mean()).tolist()
 
 
 def training_budget(epochs: int, max_steps: Optional[int], steps_per_epoch: int) -> Tuple[int, int, str]:
@@ -398,7 +386,7 @@ class Trainer:
         average_float_buffers(self.model, self.dist)
         if self.ema is not None:
             average_float_buffers(self.eval_model, self.dist)
-        scores = evaluate(self.eval_model, self.val_set, cfg, self.loss_fn, self.dist).scores
+        scores = evaluate(self.eval_model, self.val_set, cfg, self.dist).scores
         row = {
             "run_id": self.run_id,
             "model_type": cfg.model.type,

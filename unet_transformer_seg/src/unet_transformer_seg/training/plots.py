@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 import torch
 
 from ..data.image_io import display_image
-from ..labels import IGNORE_LABEL, class_colours
+from ..labels import colour_labels
 
 
 def _pyplot():
@@ -19,14 +18,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def colourize(mask: torch.Tensor, num_classes: int) -> np.ndarray:
-    """[H, W] class ids -> [H, W, 3] uint8 (ignored pixels white)."""
-    ids = mask.cpu().numpy()
-    colours = class_colours(num_classes)[np.clip(ids, 0, None)]
-    colours[ids == IGNORE_LABEL] = 255
-    return colours
 
 
 def plot_curves(history: List[Dict], plots_dir: Path) -> None:
@@ -59,8 +50,8 @@ def plot_samples(
     fig, axes = plt.subplots(count, 3, figsize=(6, 2 * count), squeeze=False)
     for row in range(count):
         shown = display_image(images[row].cpu()).permute(1, 2, 0).numpy()  # [H, W, 3]
-        panels = (shown, colourize(truths[row], num_classes),
-                  colourize(preds[row], num_classes))
+        panels = (shown, colour_labels(truths[row], num_classes),
+                  colour_labels(preds[row], num_classes))
         for col, (panel, title) in enumerate(zip(panels, ("image", "truth", "prediction"))):
             axes[row, col].imshow(panel, cmap="gray" if panel.ndim == 2 else None, vmin=0, vmax=1)
             axes[row, col].set_axis_off()
@@ -79,7 +70,7 @@ def plot_augmentation_preview(images: torch.Tensor, masks: torch.Tensor, path: P
     fig, axes = plt.subplots(2, count, figsize=(1.6 * count, 3.4), squeeze=False)
     for col in range(count):
         axes[0, col].imshow(images[col].clamp(0, 1).permute(1, 2, 0).cpu().numpy())
-        axes[1, col].imshow(colourize(masks[col], num_classes))
+        axes[1, col].imshow(colour_labels(masks[col], num_classes))
         for row in range(2):
             axes[row, col].set_axis_off()
     fig.suptitle("training windows after augmentation (image / mask)", fontsize=9)
