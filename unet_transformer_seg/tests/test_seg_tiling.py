@@ -12,7 +12,7 @@ import torch
 
 from unet_transformer_seg.checkpointing import save_checkpoint
 from unet_transformer_seg.config import config_to_dict, load_config
-from unet_transformer_seg.errors import ConfigError
+from unet_transformer_seg.errors import ConfigError, ShapeError
 from unet_transformer_seg.inference import InferenceOptions, Segmenter, flip_tta_logits
 from unet_transformer_seg.labels import logits_to_labels
 from unet_transformer_seg.models import UNet, build_model
@@ -146,6 +146,13 @@ def test_tiles_on_a_resize_trained_model_are_refused():
         Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True))
     cfg.data.resize_mode = "pad"
     assert Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True)).resizes_input is False
+
+
+def test_a_resize_trained_model_refuses_images_not_resized_to_its_size():
+    cfg = load_config(None, ["data.image_size=16", "model.base_channels=4", "model.depth=2", "model.type=unet"])
+    segmenter = Segmenter(build_model(cfg).eval(), cfg)
+    with pytest.raises(ShapeError, match=r"resized to 16 x 16, got \(64, 64\)"):
+        next(segmenter.native_logits(torch.randn(1, 3, 64, 64), (64, 64)))  # would run it whole, at a scale unseen
 
 
 @pytest.mark.parametrize("mode", ["resize", "pad", "random_crop"])

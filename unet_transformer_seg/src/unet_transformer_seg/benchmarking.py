@@ -15,6 +15,7 @@ timed work. Variants are measured in interleaved rounds; the reported throughput
 
 from __future__ import annotations
 
+import copy
 import multiprocessing
 import resource
 import statistics
@@ -108,7 +109,6 @@ def measure_evaluation(config_path, overrides: Sequence[str], tiled: bool, image
     """Evaluation images/s and memory of one variant on random image_size x image_size images: labels at native
     size, tiled (sliding windows, overlap 0.25) or the whole image in one forward pass."""
     cfg, device = _setup(config_path, overrides)
-    cfg.data.resize_mode = "pad"  # windows at native size, as a model trained on windows is predicted
     model = build_model(cfg).to(device).eval()
     return {**_time_segmentation(model, cfg, device, tiled, image_size, num_images, tile_batch),
             "parameters": sum(p.numel() for p in model.parameters())}
@@ -118,6 +118,9 @@ def _time_segmentation(model: torch.nn.Module, cfg, device: torch.device, tiled:
                        num_images: int, tile_batch: int) -> Dict[str, object]:
     """images/s and memory of segmenting random image_size x image_size images with `model` (PyTorch or exported):
     tiled through the Segmenter, or the whole image in one forward pass."""
+    cfg = copy.deepcopy(cfg)
+    cfg.data.resize_mode = "pad"  # windows at native size (as a model trained on windows is predicted), whatever the
+    # model was trained with: the speed of the sliding-window path, not of a resize to the training size
     generator = torch.Generator().manual_seed(cfg.run.seed)
     images = torch.randn(num_images, cfg.data.in_channels, image_size, image_size, generator=generator)
     segmenter = Segmenter(model, cfg, InferenceOptions(tile_batch=tile_batch))

@@ -34,7 +34,7 @@ from .config import Config, config_from_dict
 from .data.image_io import display_image
 from .data.normalization import Normalization
 from .data.transforms import cover_size, resize_image, resize_logits
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, ShapeError
 from .labels import colour_labels, logits_to_labels
 from .models import build_model
 from .tiling import sliding_window_logits
@@ -175,6 +175,9 @@ class Segmenter:
         batch = images.shape[0]
         together = size[0] * size[1] <= self.window * self.window
         if self.resizes_input:
+            if tuple(images.shape[-2:]) != (self.window, self.window):
+                raise ShapeError(f"a model trained with data.resize_mode: resize takes images resized to "
+                                 f"{self.window} x {self.window}, got {tuple(images.shape[-2:])}")
             logits = torch.cat([self.predict(images[start : start + self.tile_batch])
                                 for start in range(0, batch, self.tile_batch)])  # [B, K, S, S]
             groups = [slice(0, batch)] if together else [slice(i, i + 1) for i in range(batch)]
