@@ -54,7 +54,7 @@ def test_missing_extra_names_it(monkeypatch):
     assert run_main(infer.main, ["--backend", "onnx", "--checkpoint", "x", "--toy-split", "val"]) == 2
 
 
-@pytest.mark.parametrize("options", [dict(method="sample"), dict(beam_size=0), dict(lm_order=2),
+@pytest.mark.parametrize("options", [dict(method="sample"), dict(beam_size=0), dict(method="greedy", lm_order=2),
                                      dict(method="beam", lm_order=-1), dict(method="beam", lm_weight=-0.5)])
 def test_bad_decoding_options_are_config_errors(options):
     with pytest.raises(ConfigError):
@@ -147,6 +147,10 @@ def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
             expected, got = (m.model.beam_search(batch.features, batch.feat_mask, 3)[::2]
                              for m in (torch_model, onnx_model))
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), method
+    if predictor == "cif":  # length candidates run the CIF and the decoder as two graphs
+        expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3)
+                         for m in (torch_model, onnx_model))
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
 
 
 @pytest.mark.slow

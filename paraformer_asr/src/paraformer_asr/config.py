@@ -1,6 +1,7 @@
 """Experiment configuration: YAML -> nested dataclasses with strict validation.
 
-Sections: ``run``, ``data``, ``model``, ``train``. Unknown keys, wrong types and impossible values
+Sections: ``run``, ``data``, ``model``, ``train``, ``decode`` (how eval.py, infer.py and serve.py decode the trained
+model unless their flags say otherwise). Unknown keys, wrong types and impossible values
 raise :class:`ConfigError` naming the key, before anything is trained. ``--set section.key=value``
 overrides (value parsed as YAML) are applied to the raw mapping before parsing, so they get the
 same checks. Paths in a config are relative to the current working directory.
@@ -27,6 +28,7 @@ MIN_INPUT_FRAMES = {1: 1, 2: 3, 4: 7}
 MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
 PREDICTORS = ("cif", "ctc")
+DECODE_METHODS = ("greedy", "beam")
 
 
 def _choices(*values: str) -> dict:
@@ -138,11 +140,24 @@ class TrainConfig:
 
 
 @dataclass
+class DecodeConfig:
+    """The checkpoint's default decoding (decode/options.py; a flag of eval.py, infer.py or serve.py overrides it)."""
+
+    method: str = field(default="greedy", metadata=_choices(*DECODE_METHODS))
+    beam_size: int = 4
+    lm_order: int = 0  # with method beam: a token n-gram LM of this order from the training transcripts (0: none)
+    lm_weight: float = 0.3
+    # Paraformer with the CIF: also decode the token counts N +- 1..k and keep the best per token (0: off)
+    length_candidates: int = 0
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -263,6 +278,17 @@ def validate(cfg: Config) -> Config:
                  "tokens)", model.ctc_weight)
         _require(model.predictor_bias == 0, "model.predictor_bias", "0 with model.predictor 'ctc' (no end-of-sentence "
                  "fire)", model.predictor_bias)
+
+    decode = cfg.decode
+    _require(decode.beam_size >= 1, "decode.beam_size", ">= 1", decode.beam_size)
+    _require(decode.lm_order >= 0, "decode.lm_order", ">= 0", decode.lm_order)
+    _require(decode.lm_weight >= 0, "decode.lm_weight", ">= 0", decode.lm_weight)
+    _require(decode.lm_order == 0 or decode.method == "beam", "decode.lm_order", "0 unless decode.method is 'beam'",
+             decode.lm_order)
+    _require(decode.length_candidates >= 0, "decode.length_candidates", ">= 0", decode.length_candidates)
+    if decode.length_candidates > 0:
+        _require(model.type == "paraformer" and model.predictor == "cif", "decode.length_candidates",
+                 "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)
 
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:

@@ -1,63 +1,98 @@
 """The decoding options shared by eval.py, infer.py and serve.py: one dataclass and one argparse helper, so that
-every decoding eval.py can score, infer.py and the service can run."""
+every decoding eval.py can score, infer.py and the service can run.
+
+An option left unset (None) comes from the checkpoint's ``decode`` config section (config.py, DecodeConfig), so a
+config can ship the decoding its model was measured with; a flag overrides it.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+from paraformer_asr.config import DECODE_METHODS, DecodeConfig
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 
-METHODS = ("greedy", "beam")
+METHODS = DECODE_METHODS
 
 
 @dataclass(frozen=True)
 class DecodingOptions:
     """method: 'greedy' or 'beam'; beam_size: hypotheses kept by beam search; lm_order: with 'beam', the order of a
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
-    lm_weight: its fusion weight. ConfigError naming the option for a bad value."""
+    lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
+    candidate with the best score per token (a Paraformer with the CIF only). None: the checkpoint's ``decode``
+    section (:meth:`resolve`). ConfigError naming the option for a bad value."""
 
-    method: str = "greedy"
-    beam_size: int = 4
-    lm_order: int = 0
-    lm_weight: float = 0.3
+    method: str | None = None
+    beam_size: int | None = None
+    lm_order: int | None = None
+    lm_weight: float | None = None
+    length_candidates: int | None = None
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
+        if self.method is not None and self.method not in METHODS:
             raise ConfigError(f"--decode must be one of {METHODS}, got {self.method!r}")
-        if self.beam_size < 1:
+        if self.beam_size is not None and self.beam_size < 1:
             raise ConfigError(f"--beam-size must be >= 1, got {self.beam_size}")
-        if self.lm_order < 0 or self.lm_weight < 0 or (self.lm_order > 0 and self.method != "beam"):
-            raise ConfigError("--lm-order and --lm-weight must be >= 0, and an LM needs --decode beam")
+        if (self.lm_order or 0) < 0 or (self.lm_weight or 0) < 0:
+            raise ConfigError("--lm-order and --lm-weight must be >= 0")
+        if self.method == "greedy" and (self.lm_order or 0) > 0:
+            raise ConfigError("an LM needs --decode beam (--lm-order > 0 with greedy decoding)")
+        if (self.length_candidates or 0) < 0:
+            raise ConfigError(f"--length-candidates must be >= 0, got {self.length_candidates}")
+
+    def resolve(self, defaults: DecodeConfig) -> "DecodingOptions":
+        """Every unset option from ``defaults`` (a checkpoint's ``cfg.decode``). Greedy decoding keeps no LM: a
+        config's LM belongs to its beam search, so ``--decode greedy`` on a checkpoint that ships beam + LM decodes
+        greedily without it."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in values.items():
+            if value is None:
+                values[name] = getattr(defaults, name)
+        if values["method"] == "greedy" and self.lm_order is None:
+            values["lm_order"] = 0
+        return DecodingOptions(**values)
 
     @property
     def effective_beam_size(self) -> int:
         return self.beam_size if self.method == "beam" else 1
 
     def search_arguments(self, loaded) -> dict:
-        """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded``: method,
-        beam_size, lm (built here from its training transcripts, or None) and lm_weight (0 without an LM)."""
+        """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
+        against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
+        without an LM) and length_candidates; ConfigError when the model cannot decode that way."""
+        options = self.resolve(loaded.cfg.decode)
+        if options.length_candidates > 0 and not (loaded.cfg.model.type == "paraformer"
+                                                 and loaded.cfg.model.predictor == "cif"):
+            raise ConfigError("--length-candidates needs a Paraformer with the CIF predictor (this checkpoint: "
+                              f"{loaded.cfg.model.type}, predictor {loaded.cfg.model.predictor!r}); use 0")
         lm = None
-        if self.lm_order > 0:
-            lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, self.lm_order)
-        return {"method": self.method, "beam_size": self.beam_size, "lm": lm,
-                "lm_weight": self.lm_weight if lm is not None else 0.0}
+        if options.lm_order > 0:
+            lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
+        return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
+                "lm_weight": options.lm_weight if lm is not None else 0.0,
+                "length_candidates": options.length_candidates}
 
 
 def add_decoding_arguments(parser) -> None:
-    """--decode, --beam-size, --lm-order, --lm-weight (see :class:`DecodingOptions`)."""
-    defaults = DecodingOptions()
-    group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py)")
-    group.add_argument("--decode", choices=METHODS, default=defaults.method)
-    group.add_argument("--beam-size", type=int, default=defaults.beam_size)
-    group.add_argument("--lm-order", type=int, default=defaults.lm_order,
+    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates (see :class:`DecodingOptions`); each
+    defaults to the checkpoint's ``decode`` config section."""
+    group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
+                                      "to the checkpoint's 'decode' config section)")
+    group.add_argument("--decode", choices=METHODS, default=None)
+    group.add_argument("--beam-size", type=int, default=None)
+    group.add_argument("--lm-order", type=int, default=None,
                        help="with --decode beam: fuse a token n-gram LM of this order (over the checkpoint's "
                             "characters or subword units), estimated from its training transcripts (0 = no LM)")
-    group.add_argument("--lm-weight", type=float, default=defaults.lm_weight, help="shallow-fusion weight of the LM")
+    group.add_argument("--lm-weight", type=float, default=None, help="shallow-fusion weight of the LM")
+    group.add_argument("--length-candidates", type=int, default=None,
+                       help="Paraformer with the CIF: also decode the token counts N +- 1..K and keep the one with "
+                            "the best score per token (0 = off)")
 
 
 def decoding_options(args) -> DecodingOptions:
     """argparse namespace (see :func:`add_decoding_arguments`) -> DecodingOptions (ConfigError on bad values)."""
     return DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
-                           lm_weight=args.lm_weight)
+                           lm_weight=args.lm_weight, length_candidates=args.length_candidates)

@@ -100,17 +100,32 @@ class OnnxParaformer(ExportedModel, ParaformerDecoding):
     """The exported Paraformer: encoder -> predictor (the sidecar's ``predictor``: ``predictor_cif`` or
     ``predictor_ctc``) -> decoder graphs; decoding as the PyTorch model's."""
 
+    def _predict(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The predictor graph's outputs by name (PREDICTOR_GRAPHS)."""
+        return dict(zip(PREDICTOR_GRAPHS[self.cfg.predictor].outputs,
+                        self.graphs["predictor"](encoder_out=encoder_out, enc_mask=enc_mask)))
+
+    def cif_alphas(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (raw alphas [B, T'] in threshold units, inference token count [B]), as the PyTorch model's."""
+        outputs = self._predict(encoder_out, enc_mask)
+        return outputs["alphas"] / self.cfg.cif_threshold, outputs["num_tokens"]
+
+    def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
+                       enc_mask: torch.Tensor) -> torch.Tensor:
+        """The decoder graph: queries [B, N, D], token_mask [B, N] -> logits [B, N, V]."""
+        (logits,) = self.graphs["decoder"](embeddings=embeddings, token_mask=token_mask, encoder_out=encoder_out,
+                                           enc_mask=enc_mask)
+        return logits
+
     def forward(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, TokenExtraction]:
         """Inference pass: -> (logits [B, N, V], extraction), N = max(num_tokens)."""
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        outputs = dict(zip(PREDICTOR_GRAPHS[self.cfg.predictor].outputs,
-                           self.graphs["predictor"](encoder_out=encoder_out, enc_mask=enc_mask)))
+        outputs = self._predict(encoder_out, enc_mask)
         num_tokens = outputs["num_tokens"]  # [B]
         width = int(num_tokens.max()) if num_tokens.numel() > 0 else 0
         token_mask = lengths_to_mask(num_tokens, width)  # [B, N]
         embeddings = outputs["embeddings"][:, :width]  # [B, N, D] of the graph's S >= N slots
-        (logits,) = self.graphs["decoder"](embeddings=embeddings, token_mask=token_mask, encoder_out=encoder_out,
-                                           enc_mask=enc_mask)  # [B, N, V]
+        logits = self.decode_queries(embeddings, token_mask, encoder_out, enc_mask)  # [B, N, V]
         if self.cfg.predictor == "ctc":
             extraction = CtcExtraction(embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens,
                                        frame_starts=outputs["frame_starts"][:, :width],

@@ -62,6 +62,15 @@ class CifOutput:
         """[B, T] what the alignment plot draws per encoder frame: the integrated alphas."""
         return self.integrated_alphas
 
+    def select(self, rows: torch.Tensor) -> "CifOutput":
+        """The utterances ``rows`` [R] long of this output, N shrunk to their longest count."""
+        num_tokens = self.num_tokens[rows]  # [R]
+        width = int(num_tokens.max()) if num_tokens.numel() > 0 else 0
+        return CifOutput(alphas=self.alphas[rows], alpha_sum=self.alpha_sum[rows],
+                         integrated_alphas=self.integrated_alphas[rows], embeddings=self.embeddings[rows, :width],
+                         token_mask=self.token_mask[rows, :width], num_tokens=num_tokens,
+                         fire_frames=self.fire_frames[rows, :width])
+
     def without_last_token(self) -> "CifOutput":
         """The same output with each utterance's last token removed (``model.predictor_bias`` 1: the last
         fire is the end-of-sentence token): num_tokens - 1 (at least 0), N shrinks to the new maximum;
@@ -84,6 +93,13 @@ def fit_alpha_scale(alpha_sums: torch.Tensor, target_lengths: torch.Tensor) -> f
     if total_alpha < MIN_MASS:
         return 1.0
     return float(target_lengths.double().sum()) / total_alpha
+
+
+def scale_to_counts(alphas: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """alphas [B, T] (threshold units), counts [B] -> the alphas scaled so that each row sums to its count (how
+    training places exactly N fires, and how length candidates place N +- k)."""
+    scale = counts.to(alphas.dtype) / alphas.sum(dim=1).clamp(min=MIN_MASS)  # [B]
+    return alphas * scale.unsqueeze(1)
 
 
 def inference_token_count(alphas: torch.Tensor, tail_threshold: float = 0.5) -> torch.Tensor:
@@ -251,8 +267,7 @@ class CifPredictor(nn.Module):
             alpha_sum = threshold_alphas.sum(dim=1)  # [B]
             if target_lengths is not None:
                 assert_shape(target_lengths, "B", "target_lengths", dims)
-                scale = target_lengths.to(threshold_alphas.dtype) / alpha_sum.clamp(min=MIN_MASS)
-                integrated = threshold_alphas * scale.unsqueeze(1)
+                integrated = scale_to_counts(threshold_alphas, target_lengths)
                 num_tokens = target_lengths.long()
             else:
                 integrated = threshold_alphas * self.alpha_scale

@@ -19,7 +19,8 @@ from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
 from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
-from paraformer_asr.models.cif import CifOutput, CifPredictor, fit_alpha_scale
+from paraformer_asr.models.cif import (CifOutput, CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count,
+                                       scale_to_counts)
 from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.ctc_extractor import CtcExtraction, CtcTokenExtractor
 from paraformer_asr.models.decoder import NarDecoder
@@ -32,10 +33,22 @@ from paraformer_asr.models.targets import append_eos
 TokenExtraction = CifOutput | CtcExtraction
 
 
+def candidate_counts(counts: torch.Tensor, spread: int, minimum: int = 1) -> torch.Tensor:
+    """The token counts tried by length-candidate decoding: counts [B] long -> [B, 2 * spread + 1], the count
+    itself and count +- 1..spread; a candidate below ``minimum`` is replaced by the count itself (so an utterance
+    counted below the minimum, e.g. empty, keeps that count in every candidate)."""
+    offsets = torch.arange(-spread, spread + 1, device=counts.device)  # [K]
+    candidates = counts.unsqueeze(1) + offsets  # [B, K]
+    keep = (candidates >= minimum) & (counts >= minimum).unsqueeze(1)  # [B, K]
+    return torch.where(keep, candidates, counts.unsqueeze(1))
+
+
 class ParaformerDecoding:
     """The Paraformer's decoding, shared by the PyTorch model and the exported one (deploy/runtime.py): a class
     using it offers ``forward(features, feat_mask) -> (logits [B, N, V], extraction)`` (the inference pass),
-    ``cfg`` (its ModelConfig) and ``pad_id``."""
+    ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas [B, T'] in threshold units, counts [B])`` and
+    ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
+    alone, for length candidates), ``cfg`` (its ModelConfig) and ``pad_id``."""
 
     gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
 
@@ -58,17 +71,56 @@ class ParaformerDecoding:
 
     @torch.no_grad()
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                       lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
-        """The best hypothesis and the extraction it came from (for :meth:`token_spans`), from one pass.
+                       lm_weight: float = 0.0, length_candidates: int = 0) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                    TokenExtraction]:
+        """The best hypothesis and the extraction it came from (for :meth:`token_spans`).
 
-        beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam.
+        beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam. ``length_candidates`` k > 0:
+        :meth:`decode_length_candidates` with spread k.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
+        if length_candidates > 0:
+            return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight)
         log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None:
             return (log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens,
                     extraction)
         beams, _ = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
         return beams[:, 0], extraction.num_tokens, extraction
+
+    @torch.no_grad()
+    def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
+                                 beam_size: int = 1, lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor,
+                                                                                             torch.Tensor, CifOutput]:
+        """Length candidates (CIF only): the CIF's own count N and N +- 1..``spread`` (:func:`candidate_counts`)
+        are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training;
+        per utterance the candidate whose best hypothesis has the highest score per token wins (decoder log-prob,
+        plus ``lm_weight`` x the LM's sentence log-prob with an ``lm``). A count one off spells a word with a letter
+        too many or too few; the candidates let the decoder's and the LM's confidence pick the count instead.
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' CifOutput)."""
+        if self.cfg.predictor != "cif":
+            raise ValueError(f"length candidates need the CIF predictor, not {self.cfg.predictor!r}")
+        if spread < 1:
+            raise ValueError(f"length candidates need a spread >= 1, got {spread}")
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        alphas, counts = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] threshold units, [B]
+        candidates = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias)  # [B, K]
+        batch, width = candidates.shape
+        encoder_out = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
+        enc_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
+        alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
+        num_tokens = candidates.flatten()  # [B*K]
+        integrated = scale_to_counts(alphas, num_tokens)  # [B*K, T']
+        embeddings, token_mask, fires = cif_integrate(encoder_out, integrated, num_tokens)  # [B*K, N, D] ...
+        extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alphas.sum(dim=1),
+                               integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
+                               num_tokens=num_tokens, fire_frames=fires)
+        logits = self.decode_queries(embeddings, token_mask, encoder_out, enc_mask)  # [B*K, N, V]
+        log_probs, extraction = self._log_posteriors(logits, extraction)
+        beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B*K, beam, N]
+        per_token = scores[:, 0] / extraction.num_tokens.clamp(min=1)  # [B*K]
+        rows = torch.arange(batch, device=per_token.device) * width + per_token.view(batch, width).argmax(dim=1)
+        chosen = extraction.select(rows)
+        return beams[rows, 0, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,6 +184,18 @@ class Paraformer(ParaformerDecoding, nn.Module):
     def encode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""
         return self.encoder(features, feat_mask)
+
+    def cif_alphas(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """encoder_out [B, T', D], enc_mask [B, T'] -> (raw alphas [B, T'] in threshold units, the inference token
+        count [B] from the calibrated alphas); ``cif`` only."""
+        alphas = self.predictor.predict_alphas(encoder_out.float(), enc_mask) / self.predictor.threshold  # [B, T']
+        tail = self.predictor.tail_threshold / self.predictor.threshold
+        return alphas, inference_token_count(alphas * self.predictor.alpha_scale, tail)
+
+    def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
+                       enc_mask: torch.Tensor) -> torch.Tensor:
+        """The decoder alone: queries [B, N, D], token_mask [B, N] over encoder_out [B, T', D] -> logits [B, N, V]."""
+        return self.decoder(embeddings, token_mask, encoder_out, enc_mask)
 
     def decoder_targets(self, tokens: torch.Tensor, token_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What the extractor places queries for and the decoder predicts: tokens [B, S], token_lengths [B] -> (targets

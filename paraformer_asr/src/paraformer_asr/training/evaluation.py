@@ -26,13 +26,14 @@ from paraformer_asr.training.calibration import same_set
 
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
              method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
-             clock: FrameClock | None = None) -> tuple[dict, list[Transcript], list[str]]:
+             clock: FrameClock | None = None, length_candidates: int = 0) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;
     transcripts; hypothesis texts). rtf = decoding seconds / seconds of input. With a ``clock`` the
     transcripts carry token times, and when the references have timed words the scores add
     ``word_boundary_mae_ms`` (mean |start| and |end| error over the correctly recognised words) and
     ``word_boundary_words`` (how many words it is measured on)."""
-    transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight, clock)
+    transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight, clock,
+                                              length_candidates)
     hyp_texts = [tokenizer.decode(t.hyp_tokens) for t in transcripts]
     scores = score_transcripts([t.ref_tokens for t in transcripts], [t.hyp_tokens for t in transcripts],
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
@@ -126,7 +127,7 @@ def recording_seconds(entry: ManifestEntry) -> float:
 
 def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.device, options: LongFormOptions,
                        method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
-                       progress=None) -> tuple[dict, list[dict]]:
+                       length_candidates: int = 0, progress=None) -> tuple[dict, list[dict]]:
     """Score recordings decoded window by window (decode/longform.py), each on its own.
 
     -> (scores: the keys of :func:`evaluate` (hypothesis token ids re-encoded from the stitched text) with
@@ -141,6 +142,7 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
         results.append(transcribe_long(loaded, entry.audio_path, device, options, name=f"{entry.where}: "
                                        f"{entry.audio_path}", start_s=entry.start_s, end_s=entry.end_s,
                                        method=method, beam_size=beam_size, lm=lm, lm_weight=lm_weight,
+                                       length_candidates=length_candidates,
                                        progress=report))
     scores = score_transcripts([tokenizer.encode(entry.text) for entry in entries],
                                [tokenizer.encode(result.text) for result in results],
@@ -184,7 +186,7 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         entries = read_manifest(manifest_path, skip_bad_files=loaded.cfg.data.skip_bad_files)
         if not long_form and all(recording_seconds(e) <= options.chunk_seconds for e in entries):
             entries = None  # every recording fits in one window: the batched path
-    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight
+    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight, length_candidates
     if group_by is not None and manifest_path is None:
         raise ConfigError(f"--group-by {group_by} needs a manifest (toy data has no fields to group by)")
     if entries is not None:
@@ -210,8 +212,10 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
             if transcript.token_times is not None:
                 line["words"] = hypothesis_words(loaded.tokenizer, transcript)
             predictions.append(line)
-    result = {**scores, "decode": decoding.method, "beam_size": decoding.effective_beam_size,
-              "lm_order": decoding.lm_order, "lm_weight": search["lm_weight"],
+    resolved = decoding.resolve(loaded.cfg.decode)
+    result = {**scores, "decode": resolved.method, "beam_size": resolved.effective_beam_size,
+              "lm_order": resolved.lm_order, "lm_weight": search["lm_weight"],
+              "length_candidates": resolved.length_candidates,
               "checkpoint": str(loaded.path), "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
     if loaded.model.calibrates_cif and same_set(manifest_path or f"toy:{split}", loaded.calibrated_on):
         result["calibration_in_sample"] = True

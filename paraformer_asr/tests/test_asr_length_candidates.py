@@ -1,0 +1,153 @@
+"""Length candidates (models/paraformer.py, decode_length_candidates) and the config's default decoding
+(config.py DecodeConfig, decode/options.py): the batched search against a plain loop, padding invariance, and the
+options' resolution and errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from asr_helpers import load_script, tiny_raw_config
+from paraformer_asr.config import config_from_dict
+from paraformer_asr.decode.lm_fusion import build_token_lm
+from paraformer_asr.decode.options import DecodingOptions
+from paraformer_asr.errors import ConfigError
+from paraformer_asr.models.paraformer import candidate_counts
+
+
+def _tiny_paraformer(predictor_bias: int = 0):
+    from paraformer_asr.data.batching import Collator
+    from paraformer_asr.data.setup import build_data
+    from paraformer_asr.models.factory import build_model
+
+    raw = tiny_raw_config()
+    raw["model"]["predictor_bias"] = predictor_bias
+    cfg = config_from_dict(raw)
+    data = build_data(cfg)
+    torch.manual_seed(0)
+    model = build_model(cfg, data.input_dim, data.tokenizer).eval()
+    batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(8)])
+    return model, batch, data
+
+
+def test_candidate_counts_spread_around_the_count_and_never_below_the_minimum():
+    counts = torch.tensor([0, 1, 5])
+    assert candidate_counts(counts, 2).tolist() == [[0, 0, 0, 0, 0], [1, 1, 1, 2, 3], [3, 4, 5, 6, 7]]
+    assert candidate_counts(counts, 1, minimum=2).tolist() == [[0, 0, 0], [1, 1, 1], [4, 5, 6]]
+
+
+def _loop_reference(model, features, lengths, spread: int) -> list[list[int]]:
+    """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
+    scaled to the count): greedy tokens, score = their log-prob sum / count, the first best candidate wins."""
+    bias = model.cfg.predictor_bias
+    hypotheses = []
+    for row in range(features.shape[0]):
+        feats = features[row:row + 1, :lengths[row]]
+        mask = torch.ones(1, feats.shape[1], dtype=torch.bool)
+        with torch.no_grad():
+            encoder_out, enc_mask = model.encode(feats, mask)
+            _, count = model.cif_alphas(encoder_out, enc_mask)
+        best, best_score = None, None
+        for candidate in candidate_counts(count, spread, 1 + bias)[0].tolist():
+            tokens = torch.zeros(1, candidate - bias, dtype=torch.long)  # forward appends the <eos> for bias 1
+            with torch.no_grad():
+                log_probs, extraction = model._log_posteriors(
+                    *model.forward(feats, mask, tokens, torch.tensor([candidate - bias])))
+            top = log_probs[0, :int(extraction.num_tokens[0])].max(dim=-1)
+            score = float(top.values.sum()) / max(int(extraction.num_tokens[0]), 1)
+            if best_score is None or score > best_score:
+                best, best_score = top.indices.tolist(), score
+        hypotheses.append(best)
+    return hypotheses
+
+
+@pytest.mark.parametrize("predictor_bias", [0, 1])
+def test_batched_length_candidates_match_a_plain_loop(predictor_bias):
+    model, batch, _ = _tiny_paraformer(predictor_bias)
+    tokens, lengths, chosen = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2)
+    expected = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), spread=2)
+    got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
+    assert got == expected
+    assert torch.equal(chosen.num_tokens, lengths) and chosen.embeddings.shape[:2] == chosen.token_mask.shape
+    assert bool((tokens[~chosen.token_mask] == model.pad_id).all())
+
+
+def test_length_candidates_with_beam_and_lm_do_not_depend_on_the_batch():
+    """Padding invariance: each utterance decoded alone gives what it gives in the padded batch."""
+    model, batch, data = _tiny_paraformer()
+    lm = build_token_lm(["abc", "bcd", "cafe", "fade", "bead"], data.tokenizer, order=3)
+    tokens, lengths, _ = model.decode_length_candidates(batch.features, batch.feat_mask, 1, beam_size=3, lm=lm,
+                                                        lm_weight=0.5)
+    frames = batch.feat_mask.sum(dim=1)
+    for row in range(tokens.shape[0]):
+        alone = batch.features[row:row + 1, :frames[row]]
+        one, one_length, _ = model.decode_length_candidates(alone, torch.ones(alone.shape[:2], dtype=torch.bool), 1,
+                                                            beam_size=3, lm=lm, lm_weight=0.5)
+        assert one[0, :one_length[0]].tolist() == tokens[row, :lengths[row]].tolist()
+
+
+def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
+    model, batch, _ = _tiny_paraformer()
+    with pytest.raises(ValueError, match="spread"):
+        model.decode_length_candidates(batch.features, batch.feat_mask, 0)
+    raw = tiny_raw_config()
+    raw["model"].update(predictor="ctc", ctc_weight=0.5)
+    with pytest.raises(ConfigError, match="decode.length_candidates"):
+        config_from_dict(raw, ["decode.length_candidates=1"])
+
+
+@pytest.mark.parametrize("override, key", [
+    ("decode.lm_order=3", "decode.lm_order"),  # an LM with greedy decoding
+    ("decode.beam_size=0", "decode.beam_size"),
+    ("decode.length_candidates=-1", "decode.length_candidates"),
+    ("decode.method=sample", "decode.method"),
+    ("decode.temperature=1", "decode.temperature"),
+])
+def test_bad_decode_sections_name_the_key(override, key):
+    with pytest.raises(ConfigError, match=key):
+        config_from_dict(tiny_raw_config(), [override])
+
+
+def test_unset_options_come_from_the_checkpoint_config_and_flags_override_them():
+    shipped = config_from_dict(tiny_raw_config(), ["decode.method=beam", "decode.beam_size=8", "decode.lm_order=6",
+                                                   "decode.lm_weight=1.0", "decode.length_candidates=3"]).decode
+    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3)
+    assert DecodingOptions(beam_size=2, length_candidates=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 0)
+    # greedy decoding drops the config's LM (it belongs to the beam search) but keeps its length candidates
+    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3)
+    plain = config_from_dict(tiny_raw_config()).decode
+    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0)
+    with pytest.raises(ConfigError, match="an LM needs --decode beam"):
+        DecodingOptions(lm_order=3).resolve(plain)
+
+
+def test_an_autoregressive_checkpoint_refuses_length_candidates():
+    from types import SimpleNamespace
+
+    raw = tiny_raw_config()
+    raw["model"]["type"] = "transformer_ar"
+    loaded = SimpleNamespace(cfg=config_from_dict(raw))
+    with pytest.raises(ConfigError, match="--length-candidates needs a Paraformer with the CIF"):
+        DecodingOptions(length_candidates=2).search_arguments(loaded)
+
+
+@pytest.mark.slow
+def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_path):
+    from paraformer_asr.cli import run_main
+    from paraformer_asr.training.loop import train
+
+    raw = tiny_raw_config(str(tmp_path / "runs"))
+    raw["decode"] = {"method": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1}
+    run = train(config_from_dict(raw))
+    evaluate = load_script("eval").main
+    results = {}
+    for name, flags in {"config": [], "greedy": ["--decode", "greedy", "--length-candidates", "0"]}.items():
+        out = tmp_path / f"{name}.json"
+        assert run_main(evaluate, ["--checkpoint", str(run), "--out", str(out), *flags]) == 0
+        results[name] = json.loads(out.read_text())
+    assert {k: results["config"][k] for k in ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates")} \
+        == {"decode": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1}
+    assert {k: results["greedy"][k] for k in ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates")} \
+        == {"decode": "greedy", "beam_size": 1, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0}
