@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the models decode")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--table", help="write the model comparison as a Markdown table here")
+    parser.add_argument("--config-decoding", action="store_true",
+                        help="also time the decoding each checkpoint's 'decode' config section ships (beam size, "
+                             "LM, length candidates)")
     args = parser.parse_args(argv)
     if min(args.batch_sizes) < 1 or min(args.beam_size, args.max_utterances, args.rounds) < 1 or args.threads < 0:
         raise ConfigError("--batch-sizes, --beam-size, --max-utterances and --rounds must be >= 1, --threads >= 0")
@@ -70,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         results["cif"] = benchmark_cif(args.batch, args.frames, args.dim, args.repeats, args.loop_repeats)
     if args.checkpoints or args.exports:
         rows = benchmark_models(args.checkpoints, args.split, args.manifest, args.max_utterances, args.batch_sizes,
-                                args.beam_size, args.device, args.rounds, args.exports, args.threads)
+                                args.beam_size, args.device, args.rounds, args.exports, args.threads,
+                                args.config_decoding)
         results["decoding"] = rows
         results["greedy_speedup_batch1_vs_slowest"] = greedy_speedups(rows)
         results["greedy_speedup_batch1_paraformer_vs_ar"] = paraformer_speedups(rows)

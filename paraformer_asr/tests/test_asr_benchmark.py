@@ -28,13 +28,19 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
         raw["run"]["name"] = model_type
         raw["model"]["type"] = model_type
         raw["train"].update({"epochs": 1, "max_steps": 2, "plot_utterances": 0})
+        if model_type == "paraformer":  # the decoding its config ships: a row of its own with --config-decoding
+            raw["decode"] = {"method": "beam", "beam_size": 3, "lm_order": 2, "lm_weight": 0.5, "length_candidates": 1}
         runs.append(str(train(config_from_dict(raw))))
     out, table = tmp_path / "bench.json", tmp_path / "bench.md"
     args = ["--skip-cif", "--checkpoints", *runs, "--max-utterances", "4", "--batch-sizes", "1", "2",
-            "--beam-size", "2", "--rounds", "3", "--out", str(out), "--table", str(table)]
+            "--beam-size", "2", "--rounds", "3", "--config-decoding", "--out", str(out), "--table", str(table)]
     assert run_main(load_script("benchmark").main, args) == 0
     result = json.loads(out.read_text())
-    rows = result["decoding"]
+    shipped = [r for r in result["decoding"] if r["config_decoding"]]
+    assert [(r["model_type"], r["method"], r["beam_size"], r["lm_order"], r["length_candidates"]) for r in shipped] \
+        == [("paraformer", "beam", 3, 2, 1)] * 2 + [("transformer_ar", "greedy", 1, 0, 0)] * 2
+    assert "| config: beam 3 + LM 2 (0.5), length candidates 1 |" in table.read_text()
+    rows = [r for r in result["decoding"] if not r["config_decoding"]]
     assert [(r["model_type"], r["method"], r["batch_size"]) for r in rows] == [
         (m, method, size) for m in ("paraformer", "transformer_ar") for size in (1, 2) for method in ("greedy", "beam")]
     assert all(r["num_utterances"] == 4 and r["latency_ms_per_utterance"] > 0 for r in rows)
@@ -53,7 +59,7 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
                                                                             runs_by_type["transformer_ar"], True)]
     assert pairs[0]["speedup"] == pytest.approx(greedy[pairs[0]["ar"]] / greedy[pairs[0]["paraformer"]])
     lines = table.read_text().splitlines()
-    assert len(lines) == 2 + len(rows) + 1 + 2 + len(pairs)
+    assert len(lines) == 2 + len(result["decoding"]) + 1 + 2 + len(pairs)
     assert re.fullmatch(r"\| \w+_paraformer \(characters\) \| \w+_transformer_ar \(characters\) \| PyTorch \| yes \| [\d.]+x \|",
                         lines[-1])
 
@@ -64,13 +70,15 @@ def test_rows_are_labelled_with_their_units_and_pairs_compare_paraformers_with_a
 
     assert units_name(CharTokenizer.build(["ab c"])) == "characters"
 
-    def row(model_type, units, ms, method="greedy", batch=1, backend="torch"):
+    def row(model_type, units, ms, method="greedy", batch=1, backend="torch", config=False):
         return {"model_type": model_type, "checkpoint": f"{model_type}-{units}", "name": units, "units": units, "method": method,
-                "batch_size": batch, "latency_ms_per_utterance": ms, "backend": backend, "precision": "fp32"}
+                "batch_size": batch, "latency_ms_per_utterance": ms, "backend": backend, "precision": "fp32",
+                "config_decoding": config}
 
     rows = [row("paraformer", "BPE 64", 10.0), row("paraformer", "BPE 64", 5.0, batch=16),
             row("transformer_ar", "characters", 300.0), row("transformer_ar", "BPE 64", 120.0),
-            row("transformer_ar", "BPE 64", 200.0, method="beam"), row("transformer_ar", "BPE 64", 50.0, backend="onnx")]
+            row("transformer_ar", "BPE 64", 200.0, method="beam"), row("transformer_ar", "BPE 64", 50.0, backend="onnx"),
+            row("paraformer", "BPE 64", 1.0, config=True)]  # a config's decoding is not in the greedy pairing
     assert [(p["ar_units"], p["same_units"], p["speedup"]) for p in paraformer_speedups(rows)] == [
         ("characters", False, 30.0), ("BPE 64", True, 12.0)]  # the onnxruntime AR pairs with no PyTorch Paraformer
     assert paraformer_speedups(rows[2:]) == []  # no Paraformer, no pair

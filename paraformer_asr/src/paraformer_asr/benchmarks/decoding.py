@@ -17,6 +17,7 @@ import torch.nn as nn
 
 from paraformer_asr.data.batching import Batch, Collator
 from paraformer_asr.data.tokenizer import Tokenizer
+from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.inference import evaluation_dataset, load_model
 from paraformer_asr.metrics.asr_metrics import score_transcripts
@@ -24,12 +25,14 @@ from paraformer_asr.models.factory import count_parameters
 
 
 def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,
-                       tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1) -> dict:
+                       tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1, lm=None,
+                       lm_weight: float = 0.0, length_candidates: int = 0) -> dict:
     """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
-    ('beam', best beam scored) and time it.
+    ('beam', best beam scored), with an optional n-gram ``lm`` and length candidates as transcribe_batches
+    takes them, and time it.
 
     The first ``warmup_batches`` batches are decoded once untimed first. Returns a dict:
-    method, beam_size, num_utterances, num_batches, batch_size (largest batch), seconds (decoding
+    method, beam_size, lm_order (0 without an LM), lm_weight, length_candidates, num_utterances, num_batches, batch_size (largest batch), seconds (decoding
     wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
     latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
@@ -40,10 +43,12 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
     if not batches:
         raise ValueError("benchmark_decoding needs at least one batch")
+    search = {"method": method, "beam_size": beam_size, "lm": lm, "lm_weight": lm_weight,
+              "length_candidates": length_candidates}
     with torch.no_grad():
         if warmup_batches > 0:
-            transcribe_batches(model, batches[:warmup_batches], device, method, beam_size)
-        transcripts, seconds = transcribe_batches(model, batches, device, method, beam_size)
+            transcribe_batches(model, batches[:warmup_batches], device, **search)
+        transcripts, seconds = transcribe_batches(model, batches, device, **search)
     hypotheses = [t.hyp_tokens for t in transcripts]
     cer = score_transcripts([t.ref_tokens for t in transcripts], hypotheses, [t.ref_text for t in transcripts],
                             [tokenizer.decode(h) for h in hypotheses]).cer
@@ -51,6 +56,9 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     return {
         "method": method,
         "beam_size": beam_size if method == "beam" else 1,
+        "lm_order": lm.order if lm is not None else 0,
+        "lm_weight": lm_weight if lm is not None else 0.0,
+        "length_candidates": length_candidates,
         "num_utterances": len(transcripts),
         "num_batches": len(batches),
         "batch_size": max(batch.size for batch in batches),
@@ -78,15 +86,18 @@ def device_name(device: str) -> str:
 
 def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, max_utterances: int,
                      batch_sizes: list[int], beam_size: int, device_type: str, rounds: int,
-                     exports: list[str] = (), num_threads: int = 1) -> list[dict]:
+                     exports: list[str] = (), num_threads: int = 1, config_decoding: bool = False) -> list[dict]:
     """One row per (model, batch size, decoding method), all on the same utterances: the PyTorch ``checkpoints``,
     then the ``exports`` (folders of scripts/export.py, fp32 or int8) in onnxruntime with ``num_threads`` threads.
+    The methods are greedy and beam (``beam_size``, no LM), and with ``config_decoding`` also the decoding each
+    checkpoint's ``decode`` config section ships (its beam size, LM and length candidates; ``config_decoding``
+    true in its row).
 
     Every measurement is repeated ``rounds`` times; the rounds interleave the models, so a slow spell
     of a shared machine hits all of them alike. A row is the round with the median decoding time,
     plus ``rounds`` and ``round_latencies_ms`` (every round's latency per utterance).
     """
-    cases = []  # (row header, model, tokenizer, batches, method) in row order
+    cases = []  # (row header, model, tokenizer, batches, search arguments) in row order
     sources = [(checkpoint, "torch") for checkpoint in checkpoints] + [(folder, "onnx") for folder in exports]
     for source, backend in sources:
         loaded, device = load_model(source, backend, device_type, num_threads)
@@ -98,18 +109,22 @@ def benchmark_models(checkpoints: list[str], split: str, manifest: str | None, m
                   "precision": getattr(loaded.model, "precision", "fp32"), "units": units_name(loaded.tokenizer),
                   "device": str(device),
                   "parameters": count_parameters(loaded.model) if backend == "torch" else None}
+        searches = [{"method": method, "beam_size": beam_size} for method in ("greedy", "beam")]
+        if config_decoding:
+            searches.append({**DecodingOptions().search_arguments(loaded), "config_decoding": True})
         for size in batch_sizes:
             batches = [collate(items[i:i + size]) for i in range(0, len(items), size)]
-            cases += [(header, loaded.model, loaded.tokenizer, batches, method) for method in ("greedy", "beam")]
+            cases += [(header, loaded.model, loaded.tokenizer, batches, search) for search in searches]
     results: list[list[dict]] = [[] for _ in cases]
     for _ in range(rounds):
-        for case_results, (header, model, tokenizer, batches, method) in zip(results, cases):
+        for case_results, (header, model, tokenizer, batches, search) in zip(results, cases):
             device = torch.device(header["device"])
-            case_results.append(benchmark_decoding(model, batches, method, device, tokenizer, beam_size))
+            arguments = {k: v for k, v in search.items() if k != "config_decoding"}
+            case_results.append(benchmark_decoding(model, batches, device=device, tokenizer=tokenizer, **arguments))
     rows = []
-    for (header, *_), case_results in zip(cases, results):
+    for (header, *_, search), case_results in zip(cases, results):
         median = sorted(case_results, key=lambda r: r["seconds"])[(len(case_results) - 1) // 2]
-        rows.append({**header, **median, "rounds": rounds,
+        rows.append({**header, **median, "config_decoding": search.get("config_decoding", False), "rounds": rounds,
                      "round_latencies_ms": [r["latency_ms_per_utterance"] for r in case_results]})
     return rows
 
@@ -125,7 +140,7 @@ def units_name(tokenizer) -> str:
 def paraformer_speedups(rows: list[dict]) -> list[dict]:
     """Batch-1 greedy latency of every autoregressive model divided by every Paraformer's on the same backend, one
     entry per pair: ``paraformer``, ``ar`` (checkpoints), their ``*_name`` and ``*_units``, ``same_units``, ``backend`` and ``speedup``."""
-    greedy = [r for r in rows if r["method"] == "greedy" and r["batch_size"] == 1]
+    greedy = [r for r in rows if r["method"] == "greedy" and r["batch_size"] == 1 and not r["config_decoding"]]
     return [{"paraformer": p["checkpoint"], "paraformer_name": p["name"], "paraformer_units": p["units"],
              "ar": a["checkpoint"], "ar_name": a["name"], "ar_units": a["units"], "same_units": p["units"] == a["units"], "backend": backend_name(p),
              "speedup": a["latency_ms_per_utterance"] / p["latency_ms_per_utterance"]}
@@ -136,11 +151,21 @@ def paraformer_speedups(rows: list[dict]) -> list[dict]:
 def greedy_speedups(rows: list[dict]) -> dict:
     """Batch-1 greedy latency of the slowest model divided by each model's."""
     greedy = {r["checkpoint"]: r["latency_ms_per_utterance"] for r in rows
-              if r["method"] == "greedy" and r["batch_size"] == 1}
+              if r["method"] == "greedy" and r["batch_size"] == 1 and not r["config_decoding"]}
     if not greedy:
         return {}
     slowest = max(greedy.values())
     return {checkpoint: slowest / latency for checkpoint, latency in greedy.items()}
+
+
+def decoding_label(row: dict) -> str:
+    """'greedy', 'beam 4', or e.g. 'config: beam 8 + LM 6 (1.0), length candidates 3' for a row's decoding."""
+    label = "greedy" if row["method"] == "greedy" else f"beam {row['beam_size']}"
+    if row["lm_order"]:
+        label += f" + LM {row['lm_order']} ({row['lm_weight']:g})"
+    if row["length_candidates"]:
+        label += f", length candidates {row['length_candidates']}"
+    return f"config: {label}" if row["config_decoding"] else label
 
 
 def run_name(checkpoint: str) -> str:
@@ -159,7 +184,7 @@ def markdown_table(rows: list[dict]) -> str:
              "latency (ms / utt.) | throughput (utt. / s) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        decode = "greedy" if r["method"] == "greedy" else f"beam {r['beam_size']}"
+        decode = decoding_label(r)
         lines.append(f"| {r['model_type']} | {r['units']} | {r['name']} | {backend_name(r)} | {decode} | "
                      f"{r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
                      f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
