@@ -38,9 +38,10 @@ def test_candidate_counts_spread_around_the_count_and_never_below_the_minimum():
     assert candidate_counts(counts, 1, minimum=2).tolist() == [[0, 0, 0], [1, 1, 1], [4, 5, 6]]
 
 
-def _loop_reference(model, features, lengths, spread: int) -> list[list[int]]:
+def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0) -> list[list[int]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
-    scaled to the count): greedy tokens, score = their log-prob sum / count, the first best candidate wins."""
+    scaled to the count): greedy tokens, score = their log-prob sum / count - count_prior x |count - the sum of the
+    calibrated alphas|, the first best candidate wins."""
     bias = model.cfg.predictor_bias
     hypotheses = []
     for row in range(features.shape[0]):
@@ -48,7 +49,8 @@ def _loop_reference(model, features, lengths, spread: int) -> list[list[int]]:
         mask = torch.ones(1, feats.shape[1], dtype=torch.bool)
         with torch.no_grad():
             encoder_out, enc_mask = model.encode(feats, mask)
-            _, count = model.cif_alphas(encoder_out, enc_mask)
+            expected = float(model.predictor(encoder_out, enc_mask).integrated_alphas.sum())
+            count = model.predictor(encoder_out, enc_mask).num_tokens
         best, best_score = None, None
         for candidate in candidate_counts(count, spread, 1 + bias)[0].tolist():
             tokens = torch.zeros(1, candidate - bias, dtype=torch.long)  # forward appends the <eos> for bias 1
@@ -57,17 +59,19 @@ def _loop_reference(model, features, lengths, spread: int) -> list[list[int]]:
                     *model.forward(feats, mask, tokens, torch.tensor([candidate - bias])))
             top = log_probs[0, :int(extraction.num_tokens[0])].max(dim=-1)
             score = float(top.values.sum()) / max(int(extraction.num_tokens[0]), 1)
+            score -= count_prior * abs(candidate - expected)
             if best_score is None or score > best_score:
                 best, best_score = top.indices.tolist(), score
         hypotheses.append(best)
     return hypotheses
 
 
-@pytest.mark.parametrize("predictor_bias", [0, 1])
-def test_batched_length_candidates_match_a_plain_loop(predictor_bias):
+@pytest.mark.parametrize("predictor_bias, count_prior", [(0, 0.0), (1, 0.0), (0, 0.3)])
+def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior):
     model, batch, _ = _tiny_paraformer(predictor_bias)
-    tokens, lengths, chosen = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2)
-    expected = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), spread=2)
+    tokens, lengths, chosen = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2,
+                                                             count_prior=count_prior)
+    expected = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2, count_prior)
     got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
     assert got == expected
     assert torch.equal(chosen.num_tokens, lengths) and chosen.embeddings.shape[:2] == chosen.token_mask.shape
@@ -102,6 +106,7 @@ def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
     ("decode.lm_order=3", "decode.lm_order"),  # an LM with greedy decoding
     ("decode.beam_size=0", "decode.beam_size"),
     ("decode.length_candidates=-1", "decode.length_candidates"),
+    ("decode.count_prior=-0.5", "decode.count_prior"),
     ("decode.method=sample", "decode.method"),
     ("decode.temperature=1", "decode.temperature"),
 ])
@@ -112,13 +117,15 @@ def test_bad_decode_sections_name_the_key(override, key):
 
 def test_unset_options_come_from_the_checkpoint_config_and_flags_override_them():
     shipped = config_from_dict(tiny_raw_config(), ["decode.method=beam", "decode.beam_size=8", "decode.lm_order=6",
-                                                   "decode.lm_weight=1.0", "decode.length_candidates=3"]).decode
-    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3)
-    assert DecodingOptions(beam_size=2, length_candidates=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 0)
+                                                   "decode.lm_weight=1.0", "decode.length_candidates=3",
+                                                   "decode.count_prior=0.3"]).decode
+    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3)
+    assert DecodingOptions(beam_size=2, length_candidates=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 0,
+                                                                                                 0.3)
     # greedy decoding drops the config's LM (it belongs to the beam search) but keeps its length candidates
-    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3)
+    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3)
     plain = config_from_dict(tiny_raw_config()).decode
-    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0)
+    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0)
     with pytest.raises(ConfigError, match="an LM needs --decode beam"):
         DecodingOptions(lm_order=3).resolve(plain)
 
@@ -151,3 +158,33 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
         == {"decode": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1}
     assert {k: results["greedy"][k] for k in ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates")} \
         == {"decode": "greedy", "beam_size": 1, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0}
+
+
+def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_size():
+    from paraformer_asr.decode.tuning import COUNT_PRIORS, LM_WEIGHTS, decoding_grid
+
+    section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5"]).decode
+    grid = decoding_grid(section)
+    assert len(grid) == 1 + len(COUNT_PRIORS) * (1 + len(LM_WEIGHTS))
+    assert (grid[0].method, grid[0].lm_order, grid[0].length_candidates) == ("greedy", 0, 0)
+    assert all(s.length_candidates == 3 and s.lm_order == 6 and s.beam_size == 5 for s in grid[1 + len(COUNT_PRIORS):])
+    assert {(s.lm_weight, s.count_prior) for s in grid if s.method == "beam"} == {
+        (w, p) for w in LM_WEIGHTS for p in COUNT_PRIORS}
+
+
+@pytest.mark.slow
+def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_path):
+    from paraformer_asr.decode.tuning import decoding_grid
+    from paraformer_asr.inference import load_model
+    from paraformer_asr.training.loop import train
+
+    raw = tiny_raw_config(str(tmp_path / "runs"))
+    raw["decode"] = {"tune": True, "method": "beam", "lm_order": 2, "length_candidates": 1}
+    run = train(config_from_dict(raw))
+    table = (run / "decoding.md").read_text().splitlines()
+    grid = decoding_grid(config_from_dict(raw).decode)
+    assert len(table) == 2 + len(grid) and sum("**" in line for line in table) == 1
+    chosen = load_model(run, "torch", "cpu", 1)[0].cfg.decode
+    assert chosen in grid
+    cers = [float(line.split("|")[7].strip(" %")) for line in table[2:]]
+    assert cers[grid.index(chosen)] == min(cers)

@@ -147,8 +147,13 @@ class DecodeConfig:
     beam_size: int = 4
     lm_order: int = 0  # with method beam: a token n-gram LM of this order from the training transcripts (0: none)
     lm_weight: float = 0.3
-    # Paraformer with the CIF: also decode the token counts N +- 1..k and keep the best per token (0: off)
+    # Paraformer with the CIF: also decode the token counts N +- 1..k and keep the best per token (0: off) ...
     length_candidates: int = 0
+    # ... less count_prior x its distance to the CIF's expected count (0: the scores alone pick the count)
+    count_prior: float = 0.0
+    # at the end of training, choose method, lm_weight, length_candidates and count_prior on the validation set
+    # (decode/tuning.py) and store the choice in best.pt
+    tune: bool = False
 
 
 @dataclass
@@ -286,9 +291,12 @@ def validate(cfg: Config) -> Config:
     _require(decode.lm_order == 0 or decode.method == "beam", "decode.lm_order", "0 unless decode.method is 'beam'",
              decode.lm_order)
     _require(decode.length_candidates >= 0, "decode.length_candidates", ">= 0", decode.length_candidates)
-    if decode.length_candidates > 0:
-        _require(model.type == "paraformer" and model.predictor == "cif", "decode.length_candidates",
-                 "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)
+    _require(decode.count_prior >= 0, "decode.count_prior", ">= 0", decode.count_prior)
+    cif_model = model.type == "paraformer" and model.predictor == "cif"
+    _require(cif_model or decode.length_candidates == 0, "decode.length_candidates",
+             "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)
+    _require(cif_model or not decode.tune, "decode.tune", "false unless the model is a Paraformer with "
+             "model.predictor 'cif'", decode.tune)
 
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:

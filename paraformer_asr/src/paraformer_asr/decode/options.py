@@ -22,7 +22,8 @@ class DecodingOptions:
     """method: 'greedy' or 'beam'; beam_size: hypotheses kept by beam search; lm_order: with 'beam', the order of a
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
     lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
-    candidate with the best score per token (a Paraformer with the CIF only). None: the checkpoint's ``decode``
+    candidate with the best score per token (a Paraformer with the CIF only), less count_prior x its distance to
+    the CIF's expected count. None: the checkpoint's ``decode``
     section (:meth:`resolve`). ConfigError naming the option for a bad value."""
 
     method: str | None = None
@@ -30,6 +31,7 @@ class DecodingOptions:
     lm_order: int | None = None
     lm_weight: float | None = None
     length_candidates: int | None = None
+    count_prior: float | None = None
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in METHODS:
@@ -42,6 +44,8 @@ class DecodingOptions:
             raise ConfigError("an LM needs --decode beam (--lm-order > 0 with greedy decoding)")
         if (self.length_candidates or 0) < 0:
             raise ConfigError(f"--length-candidates must be >= 0, got {self.length_candidates}")
+        if (self.count_prior or 0) < 0:
+            raise ConfigError(f"--count-prior must be >= 0, got {self.count_prior}")
 
     def resolve(self, defaults: DecodeConfig) -> "DecodingOptions":
         """Every unset option from ``defaults`` (a checkpoint's ``cfg.decode``). Greedy decoding keeps no LM: a
@@ -62,7 +66,7 @@ class DecodingOptions:
     def search_arguments(self, loaded) -> dict:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
-        without an LM) and length_candidates; ConfigError when the model cannot decode that way."""
+        without an LM), length_candidates and count_prior; ConfigError when the model cannot decode that way."""
         options = self.resolve(loaded.cfg.decode)
         if options.length_candidates > 0 and not (loaded.cfg.model.type == "paraformer"
                                                  and loaded.cfg.model.predictor == "cif"):
@@ -73,11 +77,12 @@ class DecodingOptions:
             lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
         return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
                 "lm_weight": options.lm_weight if lm is not None else 0.0,
-                "length_candidates": options.length_candidates}
+                "length_candidates": options.length_candidates, "count_prior": options.count_prior}
 
 
 def add_decoding_arguments(parser) -> None:
-    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates (see :class:`DecodingOptions`); each
+    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior (see
+    :class:`DecodingOptions`); each
     defaults to the checkpoint's ``decode`` config section."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
@@ -90,9 +95,13 @@ def add_decoding_arguments(parser) -> None:
     group.add_argument("--length-candidates", type=int, default=None,
                        help="Paraformer with the CIF: also decode the token counts N +- 1..K and keep the one with "
                             "the best score per token (0 = off)")
+    group.add_argument("--count-prior", type=float, default=None,
+                       help="with --length-candidates: subtract this times each candidate's distance to the CIF's "
+                            "expected token count from its score (0 = none)")
 
 
 def decoding_options(args) -> DecodingOptions:
     """argparse namespace (see :func:`add_decoding_arguments`) -> DecodingOptions (ConfigError on bad values)."""
     return DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
-                           lm_weight=args.lm_weight, length_candidates=args.length_candidates)
+                           lm_weight=args.lm_weight, length_candidates=args.length_candidates,
+                           count_prior=args.count_prior)

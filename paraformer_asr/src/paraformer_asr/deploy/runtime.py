@@ -106,9 +106,9 @@ class OnnxParaformer(ExportedModel, ParaformerDecoding):
                         self.graphs["predictor"](encoder_out=encoder_out, enc_mask=enc_mask)))
 
     def cif_alphas(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (raw alphas [B, T'] in threshold units, inference token count [B]), as the PyTorch model's."""
+        """-> (raw alphas [B, T'] in threshold units, the calibrated ones), as the PyTorch model's."""
         outputs = self._predict(encoder_out, enc_mask)
-        return outputs["alphas"] / self.cfg.cif_threshold, outputs["num_tokens"]
+        return outputs["alphas"] / self.cfg.cif_threshold, outputs["integrated_alphas"]
 
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ def candidate_counts(counts: torch.Tensor, spread: int, minimum: int = 1) -> tor
 class ParaformerDecoding:
     """The Paraformer's decoding, shared by the PyTorch model and the exported one (deploy/runtime.py): a class
     using it offers ``forward(features, feat_mask) -> (logits [B, N, V], extraction)`` (the inference pass),
-    ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas [B, T'] in threshold units, counts [B])`` and
+    ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas, calibrated alphas)`` ([B, T'] each, threshold units) and
     ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
     alone, for length candidates), ``cfg`` (its ModelConfig) and ``pad_id``."""
 
@@ -71,15 +71,16 @@ class ParaformerDecoding:
 
     @torch.no_grad()
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                       lm_weight: float = 0.0, length_candidates: int = 0) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                    TokenExtraction]:
+                       lm_weight: float = 0.0, length_candidates: int = 0,
+                       count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
         """The best hypothesis and the extraction it came from (for :meth:`token_spans`).
 
         beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam. ``length_candidates`` k > 0:
-        :meth:`decode_length_candidates` with spread k.
+        :meth:`decode_length_candidates` with spread k and ``count_prior``.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
         if length_candidates > 0:
-            return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight)
+            return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
+                                                 count_prior)
         log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None:
             return (log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens,
@@ -89,20 +90,24 @@ class ParaformerDecoding:
 
     @torch.no_grad()
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
-                                 beam_size: int = 1, lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor,
-                                                                                             torch.Tensor, CifOutput]:
+                                 beam_size: int = 1, lm=None, lm_weight: float = 0.0,
+                                 count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
         """Length candidates (CIF only): the CIF's own count N and N +- 1..``spread`` (:func:`candidate_counts`)
         are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training;
         per utterance the candidate whose best hypothesis has the highest score per token wins (decoder log-prob,
-        plus ``lm_weight`` x the LM's sentence log-prob with an ``lm``). A count one off spells a word with a letter
-        too many or too few; the candidates let the decoder's and the LM's confidence pick the count instead.
+        plus ``lm_weight`` x the LM's sentence log-prob with an ``lm``), less ``count_prior`` x the candidate's
+        distance to the CIF's own expected count (the sum of its calibrated alphas). A count one off spells a word
+        with a letter too many or too few; the candidates let the decoder's and the LM's confidence pick the count
+        instead, and the prior says how far to trust the CIF over them (data where it counts well want a prior).
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' CifOutput)."""
         if self.cfg.predictor != "cif":
             raise ValueError(f"length candidates need the CIF predictor, not {self.cfg.predictor!r}")
         if spread < 1:
             raise ValueError(f"length candidates need a spread >= 1, got {spread}")
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        alphas, counts = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] threshold units, [B]
+        alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
+        counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
+        expected = calibrated.sum(dim=1).repeat_interleave(2 * spread + 1)  # [B*K]
         candidates = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias)  # [B, K]
         batch, width = candidates.shape
         encoder_out = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
@@ -118,6 +123,7 @@ class ParaformerDecoding:
         log_probs, extraction = self._log_posteriors(logits, extraction)
         beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B*K, beam, N]
         per_token = scores[:, 0] / extraction.num_tokens.clamp(min=1)  # [B*K]
+        per_token = per_token - count_prior * (num_tokens.to(per_token.dtype) - expected).abs()
         rows = torch.arange(batch, device=per_token.device) * width + per_token.view(batch, width).argmax(dim=1)
         chosen = extraction.select(rows)
         return beams[rows, 0, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen
@@ -186,11 +192,10 @@ class Paraformer(ParaformerDecoding, nn.Module):
         return self.encoder(features, feat_mask)
 
     def cif_alphas(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """encoder_out [B, T', D], enc_mask [B, T'] -> (raw alphas [B, T'] in threshold units, the inference token
-        count [B] from the calibrated alphas); ``cif`` only."""
+        """encoder_out [B, T', D], enc_mask [B, T'] -> (raw alphas [B, T'] in threshold units, the same times the
+        ``alpha_scale`` calibration: what inference integrates); ``cif`` only."""
         alphas = self.predictor.predict_alphas(encoder_out.float(), enc_mask) / self.predictor.threshold  # [B, T']
-        tail = self.predictor.tail_threshold / self.predictor.threshold
-        return alphas, inference_token_count(alphas * self.predictor.alpha_scale, tail)
+        return alphas, alphas * self.predictor.alpha_scale
 
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:

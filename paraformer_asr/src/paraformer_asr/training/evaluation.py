@@ -26,14 +26,15 @@ from paraformer_asr.training.calibration import same_set
 
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
              method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
-             clock: FrameClock | None = None, length_candidates: int = 0) -> tuple[dict, list[Transcript], list[str]]:
+             clock: FrameClock | None = None, length_candidates: int = 0,
+             count_prior: float = 0.0) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;
     transcripts; hypothesis texts). rtf = decoding seconds / seconds of input. With a ``clock`` the
     transcripts carry token times, and when the references have timed words the scores add
     ``word_boundary_mae_ms`` (mean |start| and |end| error over the correctly recognised words) and
     ``word_boundary_words`` (how many words it is measured on)."""
     transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight, clock,
-                                              length_candidates)
+                                              length_candidates, count_prior)
     hyp_texts = [tokenizer.decode(t.hyp_tokens) for t in transcripts]
     scores = score_transcripts([t.ref_tokens for t in transcripts], [t.hyp_tokens for t in transcripts],
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
@@ -127,7 +128,8 @@ def recording_seconds(entry: ManifestEntry) -> float:
 
 def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.device, options: LongFormOptions,
                        method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
-                       length_candidates: int = 0, progress=None) -> tuple[dict, list[dict]]:
+                       length_candidates: int = 0, count_prior: float = 0.0,
+                       progress=None) -> tuple[dict, list[dict]]:
     """Score recordings decoded window by window (decode/longform.py), each on its own.
 
     -> (scores: the keys of :func:`evaluate` (hypothesis token ids re-encoded from the stitched text) with
@@ -142,7 +144,7 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
         results.append(transcribe_long(loaded, entry.audio_path, device, options, name=f"{entry.where}: "
                                        f"{entry.audio_path}", start_s=entry.start_s, end_s=entry.end_s,
                                        method=method, beam_size=beam_size, lm=lm, lm_weight=lm_weight,
-                                       length_candidates=length_candidates,
+                                       length_candidates=length_candidates, count_prior=count_prior,
                                        progress=report))
     scores = score_transcripts([tokenizer.encode(entry.text) for entry in entries],
                                [tokenizer.encode(result.text) for result in results],
@@ -186,7 +188,7 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         entries = read_manifest(manifest_path, skip_bad_files=loaded.cfg.data.skip_bad_files)
         if not long_form and all(recording_seconds(e) <= options.chunk_seconds for e in entries):
             entries = None  # every recording fits in one window: the batched path
-    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight, length_candidates
+    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight, length_candidates, count_prior
     if group_by is not None and manifest_path is None:
         raise ConfigError(f"--group-by {group_by} needs a manifest (toy data has no fields to group by)")
     if entries is not None:
@@ -215,7 +217,7 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
     resolved = decoding.resolve(loaded.cfg.decode)
     result = {**scores, "decode": resolved.method, "beam_size": resolved.effective_beam_size,
               "lm_order": resolved.lm_order, "lm_weight": search["lm_weight"],
-              "length_candidates": resolved.length_candidates,
+              "length_candidates": resolved.length_candidates, "count_prior": resolved.count_prior,
               "checkpoint": str(loaded.path), "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
     if loaded.model.calibrates_cif and same_set(manifest_path or f"toy:{split}", loaded.calibrated_on):
         result["calibration_in_sample"] = True

@@ -29,6 +29,7 @@ from paraformer_asr.data.setup import DataBundle, build_data, make_loader, token
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import CheckpointError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
+from paraformer_asr.decode.tuning import grid_table, tune_checkpoint
 from paraformer_asr.models.factory import build_model, count_parameters
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
@@ -244,8 +245,19 @@ class Trainer:
             self.stop.uninstall()
         if self.ctx.enabled:
             self.log.warning("rank %d final weights sha256 %s", self.ctx.rank, self.weights_digest())
+        if cfg.decode.tune and self.ctx.is_main:
+            self._tune_decoding()
         self.log.info("done: best val CER %.4f; run folder %s", self.best_cer, self.run.path)
         return self.run.path
+
+    def _tune_decoding(self) -> None:
+        """``decode.tune``: choose best.pt's decoding on the validation set (decode/tuning.py), store it in best.pt
+        and write the grid's scores to ``decoding.md`` in the run folder."""
+        best_path = self.run.checkpoints / "best.pt"
+        payload, best, rows = tune_checkpoint(best_path, "val", self.cfg.train.eval_batch_size, self.device)
+        save_checkpoint(payload, best_path)
+        (self.run.path / "decoding.md").write_text(grid_table(rows), encoding="utf-8")
+        self.log.info("decoding chosen on the validation set (decoding.md): %s", best)
 
     def weights_digest(self) -> str:
         """sha256 of all parameters' bytes (identical on every rank after distributed training)."""

@@ -1,0 +1,42 @@
+"""Choose a Paraformer checkpoint's decoding on its validation set and write it into a checkpoint:
+
+    python scripts/tune_decoding.py --checkpoint RUN_DIR_OR_CKPT --out tuned.pt [--split val] [--table grid.md]
+
+Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
+n-gram LM of weight 0.3 or 1 over length candidates with the same priors; decode/tuning.py) decodes the split, and
+the one with the lowest CER becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and
+serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from paraformer_asr.cli import run_main
+from paraformer_asr.decode.tuning import grid_table, tune_checkpoint
+from paraformer_asr.training.checkpointing import save_checkpoint
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
+    parser.add_argument("--out", required=True, help="where to write the checkpoint with the chosen decoding (.pt)")
+    parser.add_argument("--split", choices=["val"], default="val",
+                        help="the split to choose on (the validation set: the test set would be in-sample)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--table", help="also write the grid's scores as a Markdown table here")
+    args = parser.parse_args(argv)
+    payload, best, rows = tune_checkpoint(args.checkpoint, args.split, args.batch_size)
+    save_checkpoint(payload, args.out)
+    table = grid_table(rows)
+    if args.table:
+        Path(args.table).write_text(table, encoding="utf-8")
+    print(table, file=sys.stderr)
+    print(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
