@@ -142,6 +142,17 @@ def test_pieces_give_the_words_of_the_text(kind):
         tok.pieces([tok.vocab_size])
 
 
+@pytest.mark.parametrize("kind", SUBWORD_KINDS)
+def test_digits_are_always_pieces_of_their_own(kind):
+    """Digit strings are spoken digit by digit: however frequent a digit pair, it never becomes one piece."""
+    strings = ["407", "4040", "12", "121212", "40", "999"] * 30
+    tok = build_tokenizer(kind, strings + ["set a timer for 10 minutes"] * 30, 64)
+    for text in ("4040", "121212", "set a timer for 10 minutes"):
+        digits = [piece for piece in tok.pieces(tok.encode(text)) if any(c.isdigit() for c in piece)]
+        assert all(len(piece.replace(WORD_START, "")) == 1 for piece in digits)
+        assert len(digits) == sum(c.isdigit() for c in text) and tok.decode(tok.encode(text)) == text
+
+
 def test_subword_pieces_carry_the_word_start_marker():
     tok = subword("bpe")
     pieces = tok.pieces(tok.encode("turn the music"))

@@ -16,7 +16,9 @@ Subword training (:meth:`SentencePieceTokenizer.train`) is deterministic (one th
 covers every character of the transcripts (``character_coverage`` 1.0, identity normalisation) and treats
 ``vocab_size`` (all ids, specials included) as a soft limit: a corpus with fewer possible pieces gets the vocabulary
 it allows, and a size below the characters plus specials is raised to that minimum; both are logged. Characters never
-seen in training encode to ``<unk>``.
+seen in training encode to ``<unk>``. Digits are always pieces of their own (``split_digits``): a digit string is
+spoken digit by digit, and pieces such as ``40`` would tie the token count to which digit pairs happen to be
+frequent instead of to what is said.
 """
 
 from __future__ import annotations
@@ -198,7 +200,7 @@ class SentencePieceTokenizer(Tokenizer):
             sentence_iterator=iter(texts), model_writer=model, model_type=kind, vocab_size=max(vocab_size, minimum),
             hard_vocab_limit=False, character_coverage=1.0, normalization_rule_name="identity",
             pad_id=0, bos_id=1, eos_id=2, unk_id=3, control_symbols=[BLANK] if with_blank else [],
-            num_threads=1, input_sentence_size=0, shuffle_input_sentence=False, byte_fallback=False,
+            num_threads=1, input_sentence_size=0, shuffle_input_sentence=False, byte_fallback=False, split_digits=True,
             max_sentence_length=max(len(text.encode("utf-8")) for text in texts) + 16, minloglevel=2,
         )
         tokenizer = cls(model.getvalue(), kind, with_blank)
