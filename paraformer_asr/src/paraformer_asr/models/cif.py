@@ -95,10 +95,12 @@ def fit_alpha_scale(alpha_sums: torch.Tensor, target_lengths: torch.Tensor) -> f
     return float(target_lengths.double().sum()) / total_alpha
 
 
-def scale_to_counts(alphas: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+def scale_to_counts(alphas: torch.Tensor, counts: torch.Tensor, sums: torch.Tensor | None = None) -> torch.Tensor:
     """alphas [B, T] (threshold units), counts [B] -> the alphas scaled so that each row sums to its count (how
-    training places exactly N fires, and how length candidates place N +- k)."""
-    scale = counts.to(alphas.dtype) / alphas.sum(dim=1).clamp(min=MIN_MASS)  # [B]
+    training places exactly N fires, and how length candidates place N +- k). ``sums`` [B]: the rows' sums when
+    already computed (training passes the quantity loss's, so that one sum feeds both and autograd adds up one path)."""
+    sums = alphas.sum(dim=1) if sums is None else sums
+    scale = counts.to(alphas.dtype) / sums.clamp(min=MIN_MASS)  # [B]
     return alphas * scale.unsqueeze(1)
 
 
@@ -267,7 +269,7 @@ class CifPredictor(nn.Module):
             alpha_sum = threshold_alphas.sum(dim=1)  # [B]
             if target_lengths is not None:
                 assert_shape(target_lengths, "B", "target_lengths", dims)
-                integrated = scale_to_counts(threshold_alphas, target_lengths)
+                integrated = scale_to_counts(threshold_alphas, target_lengths, alpha_sum)
                 num_tokens = target_lengths.long()
             else:
                 integrated = threshold_alphas * self.alpha_scale
