@@ -4,8 +4,8 @@
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
 n-gram LM of weight 0.3 or 1 over length candidates with the same priors; decode/tuning.py) decodes the split, and
-the one with the lowest CER becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and
-serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
+the simplest one within 0.1 CER points of the lowest becomes the checkpoint's ``decode`` config section, which
+eval.py, infer.py and serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
 """
 
 from __future__ import annotations

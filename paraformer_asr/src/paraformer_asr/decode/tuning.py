@@ -3,8 +3,10 @@
 How far to trust the CIF's count depends on the data: on random digit strings it counts right almost always and
 an LM of the training transcripts knows nothing, while on command phrases in unheard accents the count is often
 one off and an LM of the phrases knows which spellings exist. So the decoding is chosen per trained model, the way
-the CIF's ``alpha_scale`` is calibrated: every setting of a small grid decodes the validation set, and the one with
-the lowest CER wins (the first listed on a tie, the simplest). The grid, around the config's ``decode`` section:
+the CIF's ``alpha_scale`` is calibrated: every setting of a small grid decodes the validation set, and the first
+setting (the simplest) whose CER is within ``TIE_TOLERANCE`` of the lowest wins: a difference of a few characters on
+a validation set is noise, and a near-tie should not buy a more specific setting. The grid, around the config's
+``decode`` section:
 
     greedy, one pass                                   (no length candidates)
     greedy       + length candidates, count prior p    for p in COUNT_PRIORS
@@ -33,6 +35,7 @@ LM_WEIGHTS = (0.3, 1.0)
 COUNT_PRIORS = (0.0, 0.3, 1.0)
 DEFAULT_LM_ORDER = 6
 DEFAULT_SPREAD = 3
+TIE_TOLERANCE = 0.001  # CER, absolute: 0.1 points
 
 
 def decoding_grid(section: DecodeConfig) -> list[DecodeConfig]:
@@ -49,7 +52,8 @@ def decoding_grid(section: DecodeConfig) -> list[DecodeConfig]:
 
 def tune_decoding(loaded, loader, device: torch.device) -> tuple[DecodeConfig, list[dict]]:
     """Decode ``loader`` (the validation set) with every setting of :func:`decoding_grid` around
-    ``loaded.cfg.decode`` -> (the setting with the lowest CER, one row per setting: its fields plus cer and wer)."""
+    ``loaded.cfg.decode`` -> (the chosen setting (:func:`choose`), one row per setting: its fields plus cer, wer and
+    chosen)."""
     grid = decoding_grid(loaded.cfg.decode)
     lms = {order: build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, order)
            for order in {setting.lm_order for setting in grid if setting.lm_order > 0}}
@@ -61,8 +65,16 @@ def tune_decoding(loaded, loader, device: torch.device) -> tuple[DecodeConfig, l
                                     lm, setting.lm_weight if lm is not None else 0.0,
                                     length_candidates=setting.length_candidates, count_prior=setting.count_prior)
             rows.append({**dataclasses.asdict(setting), "cer": scores["cer"], "wer": scores["wer"]})
-    best = min(range(len(grid)), key=lambda index: rows[index]["cer"])  # the first of equals: the simplest
+    best = choose([row["cer"] for row in rows])
+    for index, row in enumerate(rows):
+        row["chosen"] = index == best
     return grid[best], rows
+
+
+def choose(cers: list[float]) -> int:
+    """The index of the first CER within ``TIE_TOLERANCE`` of the lowest (the grid lists the simplest first)."""
+    lowest = min(cers)
+    return next(index for index, cer in enumerate(cers) if cer <= lowest + TIE_TOLERANCE)
 
 
 def tune_checkpoint(path, split: str = "val", batch_size: int = 64,
@@ -86,12 +98,11 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64,
 
 
 def grid_table(rows: list[dict]) -> str:
-    """The grid's rows as a Markdown table (the chosen one, the lowest CER, in bold)."""
-    best = min(range(len(rows)), key=lambda index: rows[index]["cer"])
+    """The grid's rows as a Markdown table (the chosen one in bold)."""
     lines = ["| decode | beam | LM order | LM weight | length candidates | count prior | CER | WER |",
              "|---|---|---|---|---|---|---|---|"]
-    for index, row in enumerate(rows):
-        mark = "**" if index == best else ""
+    for row in rows:
+        mark = "**" if row["chosen"] else ""
         lines.append(f"| {mark}{row['method']}{mark} | {row['beam_size'] if row['method'] == 'beam' else 1} | "
                      f"{row['lm_order']} | {row['lm_weight'] if row['lm_order'] else 0:g} | "
                      f"{row['length_candidates']} | {row['count_prior']:g} | {100 * row['cer']:.2f} % | "
