@@ -14,7 +14,6 @@ from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 
-METHODS = DECODE_METHODS
 
 
 @dataclass(frozen=True)
@@ -34,8 +33,8 @@ class DecodingOptions:
     count_prior: float | None = None
 
     def __post_init__(self) -> None:
-        if self.method is not None and self.method not in METHODS:
-            raise ConfigError(f"--decode must be one of {METHODS}, got {self.method!r}")
+        if self.method is not None and self.method not in DECODE_METHODS:
+            raise ConfigError(f"--decode must be one of {DECODE_METHODS}, got {self.method!r}")
         if self.beam_size is not None and self.beam_size < 1:
             raise ConfigError(f"--beam-size must be >= 1, got {self.beam_size}")
         if (self.lm_order or 0) < 0 or (self.lm_weight or 0) < 0:
@@ -86,7 +85,7 @@ def add_decoding_arguments(parser) -> None:
     defaults to the checkpoint's ``decode`` config section."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
-    group.add_argument("--decode", choices=METHODS, default=None)
+    group.add_argument("--decode", choices=DECODE_METHODS, default=None)
     group.add_argument("--beam-size", type=int, default=None)
     group.add_argument("--lm-order", type=int, default=None,
                        help="with --decode beam: fuse a token n-gram LM of this order (over the checkpoint's "

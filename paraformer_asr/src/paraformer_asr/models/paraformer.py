@@ -107,16 +107,17 @@ class ParaformerDecoding:
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
         alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
         counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
-        expected = calibrated.sum(dim=1).repeat_interleave(2 * spread + 1)  # [B*K]
         candidates = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias)  # [B, K]
         batch, width = candidates.shape
+        expected = calibrated.sum(dim=1).repeat_interleave(width)  # [B*K] the CIF's own expected count
         encoder_out = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
         enc_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
         alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
+        alpha_sum = alphas.sum(dim=1)  # [B*K]
         num_tokens = candidates.flatten()  # [B*K]
-        integrated = scale_to_counts(alphas, num_tokens)  # [B*K, T']
+        integrated = scale_to_counts(alphas, num_tokens, alpha_sum)  # [B*K, T']
         embeddings, token_mask, fires = cif_integrate(encoder_out, integrated, num_tokens)  # [B*K, N, D] ...
-        extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alphas.sum(dim=1),
+        extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alpha_sum,
                                integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
                                num_tokens=num_tokens, fire_frames=fires)
         logits = self.decode_queries(embeddings, token_mask, encoder_out, enc_mask)  # [B*K, N, V]
