@@ -38,12 +38,13 @@ def test_candidate_counts_spread_around_the_count_and_never_below_the_minimum():
     assert candidate_counts(counts, 1, minimum=2).tolist() == [[0, 0, 0], [1, 1, 1], [4, 5, 6]]
 
 
-def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0) -> list[list[int]]:
+def _loop_reference(model, features, lengths, spread: int,
+                    count_prior: float = 0.0) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
     scaled to the count): greedy tokens, score = their log-prob sum / count - count_prior x |count - the sum of the
-    calibrated alphas|, the first best candidate wins."""
+    calibrated alphas|, the first best candidate wins. -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
-    hypotheses = []
+    hypotheses, scores = [], []
     for row in range(features.shape[0]):
         feats = features[row:row + 1, :lengths[row]]
         mask = torch.ones(1, feats.shape[1], dtype=torch.bool)
@@ -63,17 +64,20 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
             if best_score is None or score > best_score:
                 best, best_score = top.indices.tolist(), score
         hypotheses.append(best)
-    return hypotheses
+        scores.append(best_score)
+    return hypotheses, scores
 
 
 @pytest.mark.parametrize("predictor_bias, count_prior", [(0, 0.0), (1, 0.0), (0, 0.3)])
 def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior):
     model, batch, _ = _tiny_paraformer(predictor_bias)
-    tokens, lengths, chosen = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2,
-                                                             count_prior=count_prior)
-    expected = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2, count_prior)
+    tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2,
+                                                                     count_prior=count_prior)
+    expected, expected_scores = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2,
+                                                count_prior)
     got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
     assert got == expected
+    assert scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
     assert torch.equal(chosen.num_tokens, lengths) and chosen.embeddings.shape[:2] == chosen.token_mask.shape
     assert bool((tokens[~chosen.token_mask] == model.pad_id).all())
 
@@ -82,13 +86,13 @@ def test_length_candidates_with_beam_and_lm_do_not_depend_on_the_batch():
     """Padding invariance: each utterance decoded alone gives what it gives in the padded batch."""
     model, batch, data = _tiny_paraformer()
     lm = build_token_lm(["abc", "bcd", "cafe", "fade", "bead"], data.tokenizer, order=3)
-    tokens, lengths, _ = model.decode_length_candidates(batch.features, batch.feat_mask, 1, beam_size=3, lm=lm,
-                                                        lm_weight=0.5)
+    tokens, lengths, _, _ = model.decode_length_candidates(batch.features, batch.feat_mask, 1, beam_size=3, lm=lm,
+                                                           lm_weight=0.5)
     frames = batch.feat_mask.sum(dim=1)
     for row in range(tokens.shape[0]):
         alone = batch.features[row:row + 1, :frames[row]]
-        one, one_length, _ = model.decode_length_candidates(alone, torch.ones(alone.shape[:2], dtype=torch.bool), 1,
-                                                            beam_size=3, lm=lm, lm_weight=0.5)
+        one, one_length, _, _ = model.decode_length_candidates(alone, torch.ones(alone.shape[:2], dtype=torch.bool),
+                                                               1, beam_size=3, lm=lm, lm_weight=0.5)
         assert one[0, :one_length[0]].tolist() == tokens[row, :lengths[row]].tolist()
 
 

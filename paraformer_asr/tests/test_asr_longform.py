@@ -18,8 +18,9 @@ from paraformer_asr.data.audio import load_audio, open_audio, write_audio
 from paraformer_asr.data.long_recording import join_utterances, noise_floor
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
-from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, WindowReader, append_in_order, energy_profile,
-                                            has_word_separators, plan_recording, plan_windows,
+from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, Window, WindowReader, append_in_order,
+                                            energy_profile, has_word_separators, joined_window, judge_pauses,
+                                            plan_recording, plan_windows,
                                             speech_runs, stitch_by_text, stitch_by_times, stitched_windows,
                                             text_overlap_cut,
                                             transcribe_long, window_units)
@@ -325,6 +326,10 @@ def test_text_stitching_appends_windows_that_do_not_overlap_and_merges_those_tha
     ("overlap_seconds", 11.0, "--chunk-overlap"), ("overlap_seconds", -1.0, "--chunk-overlap"),
     ("cut", "edge", "--chunk-cut"), ("segment", "vad", "--segment"), ("batch_windows", 0, "--chunk-batch"),
     ("speech_threshold_db", 0.0, "--speech-threshold-db"), ("min_pause_ms", -5.0, "--min-pause-ms"),
+    ("judged_pauses_ms", (500.0, 200.0), "--judged-pauses-ms"),
+    ("judged_pauses_ms", (-1.0, 200.0), "--judged-pauses-ms"),
+    ("judged_pauses_ms", (200.0, math.inf), "--judged-pauses-ms"),
+    ("judged_pauses_ms", (200.0,), "--judged-pauses-ms"),
 ])
 def test_bad_long_form_options_name_the_option(field, value, flag):
     with pytest.raises(ConfigError, match=flag):
@@ -419,7 +424,7 @@ def test_joined_utterances_decode_as_one_by_one_whatever_the_gap(tmp_path, gap):
     manifest = _three_utterances(tmp_path)
     placed = _joined(manifest, tmp_path / "long.wav", (0.5, 0.5), 0, gap=gap)
     loaded = random_loaded_model()
-    options = LongFormOptions(margin_ms=(150.0, 150.0), min_pause_ms=200.0)
+    options = LongFormOptions(margin_ms=(150.0, 150.0), min_pause_ms=200.0, judged_pauses_ms=None)
     with open_audio(tmp_path / "long.wav", "long") as handle:
         reader = WindowReader(handle, "long", RATE)
         windows = plan_recording(reader.num_samples, options, HOP, HOP, RATE, energy_profile(reader, HOP, RATE))
@@ -429,6 +434,104 @@ def test_joined_utterances_decode_as_one_by_one_whatever_the_gap(tmp_path, gap):
         [features_from_file(tmp_path / f"u{index}.wav", loaded) for index in range(3)])
     long = transcribe_long(loaded, tmp_path / "long.wav", torch.device("cpu"), options)
     assert long.text.split() == " ".join(result.text for result in alone).split()
+
+
+# ---------------------------------------------------------------- judged pauses
+
+
+def _pieces(pauses_ms: list[float], seconds: float = 1.0) -> list[Window]:
+    """Windows of ``seconds`` each in a row, window k followed by the pause pauses_ms[k] (the last by none)."""
+    step = round(seconds * RATE)
+    return [Window(k, k * step, (k + 1) * step, pause_after_ms=pause) for k, pause in enumerate(pauses_ms + [0.0])]
+
+
+def _phrase_scorer(phrases: list[range], calls: list):
+    """A stand-in decoder: a span inside one phrase scores the share of the phrase it holds (a whole phrase reads
+    best, a fragment worse), a span over two phrases 0; one token per window."""
+    def score(spans):
+        calls.append(list(spans))
+        out = []
+        for first, last in spans:
+            phrase = next(p for p in phrases if first in p)
+            out.append(((last - first + 1) / len(phrase) if last in phrase else 0.0, last - first + 1))
+        return out
+    return score
+
+
+def test_judged_pauses_join_the_fragments_of_each_phrase_and_part_the_phrases():
+    phrases = [range(0, 3), range(3, 4), range(4, 6), range(6, 10)]
+    calls = []
+    groups = judge_pauses(_pieces([300.0] * 9), (200.0, 1000.0), 20 * RATE, _phrase_scorer(phrases, calls))
+    assert groups == [(0, 2), (3, 3), (4, 5), (6, 9)]
+    decoded = [span for call in calls for span in call]
+    assert len(decoded) == len(set(decoded))  # every span decoded once
+
+
+def test_only_judged_pauses_are_judged_and_no_group_outgrows_the_longest_window():
+    calls = []
+    everything = _phrase_scorer([range(0, 8)], calls)  # one phrase: every join gains
+    # pause 1 too short to be judged (a long run's overlapping windows), pause 4 too long, pause 5 judged
+    groups = judge_pauses(_pieces([300.0, 0.0, 300.0, 300.0, 1000.0, 999.0, 300.0]), (200.0, 1000.0), 20 * RATE,
+                          everything)
+    assert groups == [(0, 1), (2, 4), (5, 7)]
+    groups = judge_pauses(_pieces([300.0] * 7), (200.0, 1000.0), 3 * RATE, everything)
+    assert all(last - first + 1 <= 3 for first, last in groups)
+    assert [k for first, last in groups for k in range(first, last + 1)] == list(range(8))
+    never = judge_pauses(_pieces([300.0] * 7), (200.0, 1000.0), 20 * RATE, lambda spans: [(0.0, 1)] * len(spans))
+    assert never == [(k, k) for k in range(8)]
+    assert judge_pauses([], (200.0, 1000.0), RATE, everything) == []
+
+
+def test_a_joined_window_runs_from_the_first_start_to_the_last_end_and_keeps_between_them():
+    windows = [Window(0, 0, 10, -math.inf, 5.0, 300.0), Window(1, 10, 20, 5.0, 15.0, 400.0),
+               Window(2, 20, 30, 15.0, math.inf)]
+    assert joined_window(windows, (0, 1)) == Window(0, 0, 20, -math.inf, 15.0, 400.0)
+    assert joined_window(windows, (1, 2)) == Window(1, 10, 30, 5.0, math.inf, 0.0)
+
+
+def test_long_form_decoding_keeps_a_phrase_with_an_inner_pause_whole(tmp_path, monkeypatch):
+    """A recording of two phrases, the first with a 350 ms pause inside it, 600 ms between them: segmentation at
+    pauses cuts three pieces; judged by a decoder that reads whole phrases best, the first two are decoded as one
+    window and the third alone (the stand-in decoder names each window by the pieces it holds)."""
+    from paraformer_asr.decode.search import Transcript
+
+    generator = torch.Generator().manual_seed(0)
+
+    def tone(seconds: float) -> torch.Tensor:
+        return 0.3 * torch.sin(2 * math.pi * 440.0 * torch.arange(round(seconds * RATE)) / RATE)
+
+    silence = [torch.zeros(round(s * RATE)) for s in (0.3, 0.35, 0.6, 0.3)]
+    audio = torch.cat([silence[0], tone(0.4), silence[1], tone(0.4), silence[2], tone(0.5), silence[3]])
+    write_audio(tmp_path / "two.wav", audio + 0.003 * torch.randn(audio.numel(), generator=generator), RATE)
+    loaded = random_loaded_model()
+    options = LongFormOptions()
+    with open_audio(tmp_path / "two.wav", "two") as handle:
+        reader = WindowReader(handle, "two", RATE)
+        pieces = plan_recording(reader.num_samples, LongFormOptions(min_pause_ms=options.judged_pauses_ms[0]), HOP,
+                                HOP, RATE, energy_profile(reader, HOP, RATE))
+    assert len(pieces) == 3
+    spans = {(pieces[first].index, joined_window(pieces, (first, last)).end - pieces[first].start): (first, last)
+             for first in range(3) for last in range(first, 3)}
+    labels = {(0, 1): "7", (2, 2): "8"}  # the phrases; fragments read '5', two phrases '3'
+    scores = {(0, 1): 1.0, (2, 2): 1.0, (0, 0): 0.5, (1, 1): 0.5, (1, 2): 0.0, (0, 2): 0.0}
+
+    def stand_in(model, batches, *args):
+        transcripts = []
+        for batch in batches:
+            for row, window_id in enumerate(batch.ids):
+                seconds = float(batch.durations[row])
+                span = spans[(int(window_id), round(seconds * RATE))]
+                label = labels.get(span, "5" if span[0] == span[1] else "3")
+                transcripts.append(Transcript(window_id, [], loaded.tokenizer.encode(label), "", seconds,
+                                              [(0.0, seconds * 1000.0)], score=scores[span]))
+        return transcripts, 0.0
+
+    monkeypatch.setattr(longform, "transcribe_batches", stand_in)
+    judged = transcribe_long(loaded, tmp_path / "two.wav", torch.device("cpu"), options)
+    assert (judged.text, judged.num_windows) == ("7 8", 2)
+    parted = transcribe_long(loaded, tmp_path / "two.wav", torch.device("cpu"),
+                             LongFormOptions(min_pause_ms=200.0, judged_pauses_ms=None))
+    assert (parted.text, parted.num_windows) == ("5 5 8", 3)
 
 
 # ---------------------------------------------------------------- with a model

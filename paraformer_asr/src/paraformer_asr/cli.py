@@ -60,8 +60,16 @@ def add_long_form_arguments(parser) -> None:
                        help="with --segment pauses: speech is this far above the local noise floor "
                             f"(default {defaults.speech_threshold_db:g})")
     group.add_argument("--min-pause-ms", type=float, default=defaults.min_pause_ms,
-                       help=f"with --segment pauses: shorter pauses do not end a segment (default "
-                            f"{defaults.min_pause_ms:g})")
+                       help="with --segment pauses, where pauses are not judged: shorter pauses do not end a segment "
+                            f"(default {defaults.min_pause_ms:g})")
+    low, high = defaults.judged_pauses_ms
+    group.add_argument("--judged-pauses-ms", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                       default=defaults.judged_pauses_ms,
+                       help="with --segment pauses and a Paraformer: a pause from LOW to HIGH ms ends a segment only "
+                            "where the two sides decoded apart score better than decoded together (shorter ones "
+                            f"never, longer ones always; default {low:g} {high:g})")
+    group.add_argument("--no-judged-pauses", action="store_true",
+                       help="end a segment at every pause of --min-pause-ms, without judging it")
 
 
 def long_form_options(args) -> LongFormOptions:
@@ -71,7 +79,8 @@ def long_form_options(args) -> LongFormOptions:
         overlap = args.chunk_seconds * DEFAULT_OVERLAP_SHARE if math.isfinite(args.chunk_seconds) else 0.0
     return LongFormOptions(segment=args.segment, chunk_seconds=args.chunk_seconds, overlap_seconds=overlap,
                            cut=args.chunk_cut, batch_windows=args.chunk_batch,
-                           speech_threshold_db=args.speech_threshold_db, min_pause_ms=args.min_pause_ms)
+                           speech_threshold_db=args.speech_threshold_db, min_pause_ms=args.min_pause_ms,
+                           judged_pauses_ms=None if args.no_judged_pauses else tuple(args.judged_pauses_ms))
 
 
 def parse_decoding_arguments(parser, argv: list[str] | None) -> tuple[object, LongFormOptions, DecodingOptions]:

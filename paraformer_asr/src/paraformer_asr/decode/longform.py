@@ -20,7 +20,12 @@ Self-attention costs grow with the square of the input, so a recording of minute
       ▼
     front end + normaliser -> features [T, F] (frames on the whole recording's frame grid)
       ▼
-    batch_windows windows -> one padded batch -> one batched decode (greedy or beam; CIF token times)
+    batch_windows windows -> one padded batch -> one batched decode (greedy or beam; CIF token times; a score per
+      │  token)
+      ▼
+    judge_pauses (a Paraformer, 'pauses', judged_pauses_ms = (low, high)): the plan cuts at every pause of low ms
+      │  or more; the neighbours across each pause shorter than high are decoded together too, in rounds, and
+      │  stay together where the joint decode scores better per token than the two apart
       ▼
     units with absolute times: words (a word's tokens and the separators before it), or single tokens when the
       │  vocabulary has no word separator (e.g. compact digit strings)
@@ -28,13 +33,21 @@ Self-attention costs grow with the square of the input, so a recording of minute
     stitch: each window keeps the units whose centre lies in its keep range  ─► text, words, tokens
 
 Memory is bounded by one batch of windows (their samples, features and activations); what grows with the recording
-is the profile (one float per 10 ms) and the transcript.
+is the profile (one float per 10 ms) and the transcript (every decoded window's units, while pauses are judged).
 
 **Why pauses by default.** Models trained on single utterances are hurt by what they never saw in training: long
 silences and several utterances in one input (docs/results.md, "Long recordings"). Speech segments cut at pauses and
 trimmed to a short margin of silence look like training utterances; neighbouring segments do not overlap (each keeps
 what lies between the middles of the pauses around it), so nothing needs stitching but inside speech runs longer
 than chunk_seconds.
+
+**Judged pauses.** No length of pause tells a pause inside a sentence from one between sentences: utterances joined
+back to back are parted by their own edges (250-480 ms on the commands corpus), while a spoken command can hold a
+pause of 360 ms. A model trained on single phrases reads a fragment of a phrase badly (the LM and the length
+candidates turn 'to twenty percent' into a whole command) and two phrases in one window worse still. So where the
+model scores its hypotheses (the Paraformer: decoder log-prob per token, plus the LM's), the pause is judged by
+that score: a phrase cut at an inner pause reads better whole, two phrases read better apart. The price is decoding
+most of a recording about twice (docs/results.md, "Pauses judged by the decoder").
 
 **Digital silence** (exact zeros, as between clips joined by an editor) is never part of a window's edges, and never
 sets the noise floor. Its log-mel features (the front end's floor, far below any recorded silence) are unlike
@@ -64,7 +77,7 @@ words. Only the text comes out (no word or token times).
 
 Contracts:
     LongFormOptions(segment, chunk_seconds, overlap_seconds, cut, batch_windows, speech_threshold_db,
-                    min_pause_ms, margin_ms)                               checked on construction (ConfigError)
+                    min_pause_ms, margin_ms, judged_pauses_ms)             checked on construction (ConfigError)
     plan_windows(num_samples, window_samples, overlap_samples, align)     -> [(start, end)] sample spans
     WindowReader(handle, name, target_rate, first_frame=0, num_frames=-1).read(start, end) -> samples [end - start]
     energy_profile(reader, hop, block_samples)                            -> dB per hop [ceil(num_samples / hop)]
@@ -74,6 +87,9 @@ Contracts:
     stitched_windows(spans, cut, profile | None, hop, sample_rate, keep_from_ms, keep_to_ms)
                                                                           -> [(start, end, keep_start_ms, keep_end_ms)]
     plan_recording(num_samples, options, hop, align, sample_rate, profile | None) -> list[Window]
+    joined_window(windows, (first, last))                                 -> Window spanning windows[first..last]
+    pooled_score((score, tokens), (score, tokens))                        -> token-weighted mean score per token
+    judge_pauses(windows, judged_ms, longest_samples, score(spans) -> [(score, tokens)]) -> [(first, last)]
     window_units(pieces, token_times | None, offset_ms, by_words)        -> list[TimedUnit]
     keep_between(units, start_ms, end_ms)                                  -> units whose centre is in [start, end)
     same_unit(first, second)                                               -> spans overlap by >= half the shorter
@@ -132,10 +148,13 @@ class LongFormOptions:
     stretch (in the overlap's middle half);
     batch_windows: windows decoded together (memory grows with it, not with the recording);
     speech_threshold_db: a 10 ms frame is speech when its energy exceeds the local noise floor by this much;
-    min_pause_ms: shorter pauses do not end a speech segment;
+    min_pause_ms: shorter pauses do not end a speech segment (where pauses are not judged);
     margin_ms: (before, after) silence kept around each speech segment (never past the middle of a pause; within
     the 10-90 % range of the training utterances' own edges on the synthetic commands corpus, 30-180 ms before
-    and 270-520 ms after the speech; docs/results.md, "Gaps of digital silence, of noise, and none")."""
+    and 270-520 ms after the speech; docs/results.md, "Gaps of digital silence, of noise, and none");
+    judged_pauses_ms: (low, high): with a model that scores its hypotheses (the Paraformer), pauses shorter than low
+    never end a segment, pauses of high or more always do, and a pause in between is judged by decoding
+    (:func:`judge_pauses`); min_pause_ms then does not apply. None: not judged."""
 
     segment: str = "pauses"
     chunk_seconds: float = 20.0
@@ -145,6 +164,7 @@ class LongFormOptions:
     speech_threshold_db: float = 15.0
     min_pause_ms: float = 300.0
     margin_ms: tuple[float, float] = (150.0, 300.0)
+    judged_pauses_ms: tuple[float, float] | None = (200.0, 1000.0)
 
     def __post_init__(self) -> None:
         if self.segment not in SEGMENTATIONS:
@@ -164,6 +184,11 @@ class LongFormOptions:
             raise ConfigError(f"--min-pause-ms must be >= 0, got {self.min_pause_ms!r}")
         if len(self.margin_ms) != 2 or not all(_finite(m) and m >= 0 for m in self.margin_ms):
             raise ConfigError(f"speech margins must be two numbers of ms >= 0, got {self.margin_ms!r}")
+        if self.judged_pauses_ms is not None and not (
+                len(self.judged_pauses_ms) == 2 and all(_finite(m) for m in self.judged_pauses_ms)
+                and 0 <= self.judged_pauses_ms[0] <= self.judged_pauses_ms[1]):
+            raise ConfigError(f"--judged-pauses-ms must be two numbers of ms, 0 <= LOW <= HIGH, got "
+                              f"{self.judged_pauses_ms!r}")
 
 
 def _finite(value: object) -> bool:
@@ -173,13 +198,15 @@ def _finite(value: object) -> bool:
 @dataclass(frozen=True)
 class Window:
     """Samples [start, end) of the recording at the model's sample rate; the units (words) whose centre lies in
-    [keep_start_ms, keep_end_ms) are its part of the transcript."""
+    [keep_start_ms, keep_end_ms) are its part of the transcript; pause_after_ms: the pause between its speech and
+    the next window's when a pause parts them (segmentation at pauses), else 0."""
 
     index: int
     start: int
     end: int
     keep_start_ms: float = -math.inf
     keep_end_ms: float = math.inf
+    pause_after_ms: float = 0.0
 
 
 def plan_windows(num_samples: int, window_samples: int, overlap_samples: int, align: int) -> list[tuple[int, int]]:
@@ -325,36 +352,90 @@ def plan_recording(num_samples: int, options: LongFormOptions, hop: int, align: 
     'pauses': each speech run (``speech_runs`` on the profile) with ``margin_ms`` around it (never past the middle
     of the pause to the next run, which also bounds what it keeps), less the digital silence at its edges
     (``audible_span``), starts rounded down and ends up to the ``align`` grid, at least MIN_WINDOW_SECONDS long; a
-    run longer than ``chunk_seconds`` is cut into overlapping windows. A recording without speech gets no
-    window."""
+    run longer than ``chunk_seconds`` is cut into overlapping windows; the last window of a segment records the
+    pause to the next segment's speech (``pause_after_ms``). A recording without speech gets no window."""
     window_samples = round(options.chunk_seconds * sample_rate)
     overlap_samples = round(options.overlap_seconds * sample_rate)
     if options.segment == "windows":
         spans = plan_windows(num_samples, window_samples, overlap_samples, align)
-        planned = stitched_windows(spans, options.cut, profile_db, hop, sample_rate)
-    else:
-        frame_ms = 1000.0 * hop / sample_rate
-        runs = speech_runs(profile_db, options.speech_threshold_db, round(FLOOR_BLOCK_SECONDS * 1000 / frame_ms),
-                           round(options.min_pause_ms / frame_ms), max(1, round(MIN_SPEECH_MS / frame_ms)))
-        before, after = (round(margin * sample_rate / 1000.0) for margin in options.margin_ms)
-        shortest = round(MIN_WINDOW_SECONDS * sample_rate)
-        to_ms = 1000.0 / sample_rate
-        planned = []
-        for index, (first, end) in enumerate(runs):
-            low = 0 if index == 0 else (runs[index - 1][1] + first) * hop // 2  # middle of the pause before
-            high = num_samples if index + 1 == len(runs) else (end + runs[index + 1][0]) * hop // 2
-            start = max(low, first * hop - before)
-            stop = min(high, num_samples, end * hop + after)
-            audible_first, audible_end = audible_span(profile_db, start // hop, -(-stop // hop))
-            start = max(start, audible_first * hop) // align * align
-            stop = min(stop, -(-(audible_end * hop) // align) * align)
-            stop = max(stop, min(num_samples, start + shortest))
-            spans = [(start + a, start + b) for a, b in plan_windows(stop - start, window_samples, overlap_samples,
-                                                                     align)]
-            planned += stitched_windows(spans, options.cut, profile_db, hop, sample_rate,
-                                        -math.inf if index == 0 else low * to_ms,
-                                        math.inf if index + 1 == len(runs) else high * to_ms)
+        return [Window(index, *entry) for index, entry in enumerate(stitched_windows(spans, options.cut, profile_db,
+                                                                                     hop, sample_rate))]
+    frame_ms = 1000.0 * hop / sample_rate
+    runs = speech_runs(profile_db, options.speech_threshold_db, round(FLOOR_BLOCK_SECONDS * 1000 / frame_ms),
+                       round(options.min_pause_ms / frame_ms), max(1, round(MIN_SPEECH_MS / frame_ms)))
+    before, after = (round(margin * sample_rate / 1000.0) for margin in options.margin_ms)
+    shortest = round(MIN_WINDOW_SECONDS * sample_rate)
+    to_ms = 1000.0 / sample_rate
+    planned = []
+    for index, (first, end) in enumerate(runs):
+        low = 0 if index == 0 else (runs[index - 1][1] + first) * hop // 2  # middle of the pause before
+        high = num_samples if index + 1 == len(runs) else (end + runs[index + 1][0]) * hop // 2
+        start = max(low, first * hop - before)
+        stop = min(high, num_samples, end * hop + after)
+        audible_first, audible_end = audible_span(profile_db, start // hop, -(-stop // hop))
+        start = max(start, audible_first * hop) // align * align
+        stop = min(stop, -(-(audible_end * hop) // align) * align)
+        stop = max(stop, min(num_samples, start + shortest))
+        spans = [(start + a, start + b) for a, b in plan_windows(stop - start, window_samples, overlap_samples,
+                                                                 align)]
+        segment = stitched_windows(spans, options.cut, profile_db, hop, sample_rate,
+                                   -math.inf if index == 0 else low * to_ms,
+                                   math.inf if index + 1 == len(runs) else high * to_ms)
+        pause_ms = 0.0 if index + 1 == len(runs) else (runs[index + 1][0] - end) * frame_ms
+        planned += [entry + (0.0,) for entry in segment[:-1]] + [segment[-1] + (pause_ms,)]
     return [Window(index, *entry) for index, entry in enumerate(planned)]
+
+
+Span = tuple[int, int]  # windows [first, last] of a plan decoded as one
+
+
+def joined_window(windows: list[Window], span: Span) -> Window:
+    """Windows [first, last] (neighbours of one plan) as one window: from the first's start to the last's end,
+    keeping from the first's keep start to the last's keep end."""
+    first, last = windows[span[0]], windows[span[1]]
+    return Window(first.index, first.start, last.end, first.keep_start_ms, last.keep_end_ms, last.pause_after_ms)
+
+
+def pooled_score(first: tuple[float, int], second: tuple[float, int]) -> float:
+    """Two decodes' scores per token, (score, tokens) each, as one score per token: their token-weighted mean."""
+    return (first[0] * first[1] + second[0] * second[1]) / max(1, first[1] + second[1])
+
+
+def judge_pauses(windows: list[Window], judged_ms: tuple[float, float], longest_samples: int,
+                 score: Callable[[list[Span]], list[tuple[float, int]]]) -> list[Span]:
+    """Which judged pauses part segments: the plan's windows grouped into the spans that are decoded.
+
+    A pause is judged when the window before it ends a segment and ``judged_ms[0] <= pause_after_ms <
+    judged_ms[1]``. ``score(spans)`` decodes each span as one window -> (score per token, tokens) each. Rounds of
+    agglomeration: every two neighbouring groups parted by a judged pause (and together at most
+    ``longest_samples`` long) are decoded together; the gain of joining them is the joint score less the two
+    groups' pooled score (:func:`pooled_score`); the pairs whose gain is positive and larger than both
+    neighbouring pairs' (ties to the left) are joined, and the next round judges the new neighbours; until no
+    join gains. A phrase cut at an inner pause reads better whole, two phrases read better apart: the model's own
+    confidence tells a pause inside a sentence from one between sentences, which no threshold on its length can
+    (docs/results.md, "Long recordings: pauses judged by the decoder").
+    -> spans [(first, last)] covering every window once, in order."""
+    low, high = judged_ms
+    judged = [low <= window.pause_after_ms < high for window in windows]
+    groups: list[Span] = [(index, index) for index in range(len(windows))]
+    known = dict(zip(groups, score(groups)))
+    while True:
+        pairs = [k for k in range(len(groups) - 1) if judged[groups[k][1]]
+                 and windows[groups[k + 1][1]].end - windows[groups[k][0]].start <= longest_samples]
+        spans = [(groups[k][0], groups[k + 1][1]) for k in pairs]
+        unknown = [span for span in spans if span not in known]
+        known.update(zip(unknown, score(unknown)))
+        gains = {k: known[span][0] - pooled_score(known[groups[k]], known[groups[k + 1]])
+                 for k, span in zip(pairs, spans)}
+        joins = {k for k, gain in gains.items()
+                 if gain > 0 and gain >= gains.get(k - 1, -math.inf) and gain > gains.get(k + 1, -math.inf)}
+        if not joins:
+            return groups
+        merged, k = [], 0
+        while k < len(groups):
+            merged.append((groups[k][0], groups[k + 1][1]) if k in joins else groups[k])
+            k += 2 if k in joins else 1
+        groups = merged
 
 
 @dataclass(frozen=True)
@@ -452,8 +533,11 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
     """Transcribe an audio file or file object (or its segment [start_s, end_s)) window by window.
 
     A first pass reads the recording window by window for its energy profile (segmentation at pauses, quiet cuts);
-    the second reads, featurises and decodes the planned windows, ``options.batch_windows`` at a time.
-    ``progress(windows_done, windows_total)`` is called after each batch; ``pause()`` before each (the service's
+    the second reads, featurises and decodes the planned windows, ``options.batch_windows`` at a time; with judged
+    pauses (a model with scores, ``options.judged_pauses_ms``) the segments on either side of each judged pause are
+    decoded together too, in rounds, and kept together where that scores better (:func:`judge_pauses`).
+    ``progress(done, total)`` is called after each batch: windows decoded, and the decodes planned so far plus one
+    for the stitching (the last call, after it, has done == total); ``pause()`` before each batch (the service's
     long-recording lane yields there to short requests).
     """
     started = time.perf_counter()
@@ -463,13 +547,11 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
     rate = loaded.cfg.data.sample_rate
     hop = make_frontend(loaded.cfg).hop_length
     timed = bool(loaded.model.gives_timestamps)
+    judged = timed and options.segment == "pauses" and options.judged_pauses_ms is not None
     by_words = has_word_separators(loaded.tokenizer)
     clock = frame_clock(loaded.cfg) if timed else None
     collate = Collator(loaded.tokenizer.pad_id)
-    stitched: list[TimedUnit] = []
-    previous: Window | None = None
-    previous_units: list[TimedUnit] = []  # all units of the previous window
-    previous_count = 0  # units at the end of ``stitched`` that come from the previous window (text stitching)
+    decoded: dict[Span, DecodedWindow] = {}
     decode_seconds = 0.0
     with open_audio(source, name) as handle, torch.no_grad():
         first_frame, count = segment_frames(handle.samplerate, handle.frames, start_s, end_s, name)
@@ -478,34 +560,74 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
         profile = None
         if options.segment == "pauses" or options.cut == "quiet":
             profile = energy_profile(reader, hop, round(PROFILE_BLOCK_SECONDS * rate))
-        windows = plan_recording(reader.num_samples, options, hop, align, rate, profile)
-        for batch_start in range(0, len(windows), options.batch_windows):
-            if pause is not None:
-                pause()
-            batch = windows[batch_start:batch_start + options.batch_windows]
-            items = []
-            for window in batch:
-                waveform = reader.read(window.start, window.end)  # [N]
-                items.append({"id": str(window.index), "features": features_from_waveform(waveform, loaded),
-                              "tokens": torch.zeros(0, dtype=torch.long), "text": "",
-                              "duration_s": waveform.numel() / rate})
-            transcripts, seconds = transcribe_batches(loaded.model, [collate(items)], device, method, beam_size, lm,
-                                                      lm_weight, clock, length_candidates, count_prior)
-            decode_seconds += seconds
-            for window, transcript in zip(batch, transcripts):
-                tokens = loaded.tokenizer.until_eos(transcript.hyp_tokens)  # as tokenizer.decode reads
-                units = window_units(loaded.tokenizer.pieces(tokens),
-                                     None if transcript.token_times is None else transcript.token_times[:len(tokens)],
-                                     window.start * 1000.0 / rate, by_words)
-                if timed:
-                    stitched = stitch_by_times(stitched, previous_units, units, window)
-                else:
-                    stitched, previous_count = stitch_by_text(stitched, previous_count, previous, units, window)
-                previous, previous_units = window, units
-            if progress is not None:
-                progress(min(batch_start + options.batch_windows, len(windows)), len(windows))
-    return _assemble(stitched, by_words, timed, reader.num_samples / rate, len(windows),
+        plan_options = replace(options, min_pause_ms=options.judged_pauses_ms[0]) if judged else options
+        windows = plan_recording(reader.num_samples, plan_options, hop, align, rate, profile)
+
+        def decode(spans: list[Span]) -> list[DecodedWindow]:
+            """Decode the spans not decoded yet, ``options.batch_windows`` windows a batch -> every span's decode."""
+            nonlocal decode_seconds
+            missing = [span for span in dict.fromkeys(spans) if span not in decoded]
+            for batch_start in range(0, len(missing), options.batch_windows):
+                if pause is not None:
+                    pause()
+                spans_now = missing[batch_start:batch_start + options.batch_windows]
+                batch = [joined_window(windows, span) for span in spans_now]
+                items = []
+                for window in batch:
+                    waveform = reader.read(window.start, window.end)  # [N]
+                    items.append({"id": str(window.index), "features": features_from_waveform(waveform, loaded),
+                                  "tokens": torch.zeros(0, dtype=torch.long), "text": "",
+                                  "duration_s": waveform.numel() / rate})
+                transcripts, seconds = transcribe_batches(loaded.model, [collate(items)], device, method, beam_size,
+                                                          lm, lm_weight, clock, length_candidates, count_prior)
+                decode_seconds += seconds
+                for span, window, transcript in zip(spans_now, batch, transcripts):
+                    decoded[span] = decoded_window(window, transcript, loaded.tokenizer, rate, by_words)
+                if progress is not None:  # the last step, stitching, is reported at the end
+                    progress(len(decoded), len(decoded) + len(missing) - batch_start - len(batch) + 1)
+            return [decoded[span] for span in spans]
+
+        if judged:
+            groups = judge_pauses(windows, options.judged_pauses_ms, round(options.chunk_seconds * rate),
+                                  lambda spans: [(d.score, len(d.tokens)) for d in decode(spans)])
+        else:
+            groups = [(index, index) for index in range(len(windows))]
+        stitched: list[TimedUnit] = []
+        previous: DecodedWindow | None = None
+        previous_count = 0  # units at the end of ``stitched`` that come from the previous window (text stitching)
+        for current in decode(groups):
+            if timed:
+                stitched = stitch_by_times(stitched, [] if previous is None else previous.units, current.units,
+                                           current.window)
+            else:
+                stitched, previous_count = stitch_by_text(stitched, previous_count,
+                                                          None if previous is None else previous.window,
+                                                          current.units, current.window)
+            previous = current
+        if progress is not None:
+            progress(len(decoded) + 1, len(decoded) + 1)
+    return _assemble(stitched, by_words, timed, reader.num_samples / rate, len(groups),
                      time.perf_counter() - started, decode_seconds)
+
+
+@dataclass(frozen=True)
+class DecodedWindow:
+    """A decoded window: its units with absolute times (TimedUnit), its tokens (until <eos>) and the score per
+    token of its hypothesis (None for a model that gives none)."""
+
+    window: Window
+    units: list[TimedUnit]
+    tokens: list[int]
+    score: float | None
+
+
+def decoded_window(window: Window, transcript, tokenizer: Tokenizer, rate: int, by_words: bool) -> DecodedWindow:
+    """A window's Transcript (decode/search.py) -> its DecodedWindow: the tokens until <eos>, as tokenizer.decode
+    reads them, as units shifted to the window's start."""
+    tokens = tokenizer.until_eos(transcript.hyp_tokens)
+    times = None if transcript.token_times is None else transcript.token_times[:len(tokens)]
+    units = window_units(tokenizer.pieces(tokens), times, window.start * 1000.0 / rate, by_words)
+    return DecodedWindow(window, units, tokens, transcript.score)
 
 
 def same_unit(first: TimedUnit, second: TimedUnit) -> bool:

@@ -25,7 +25,8 @@ def require_timestamps(model: nn.Module) -> None:
 @dataclass
 class Transcript:
     """One decoded utterance. token_times: (start_ms, end_ms) of each hypothesis token when timestamps were
-    asked for (Paraformer only); ref_words: the reference's timed words when the data has them."""
+    asked for (Paraformer only); ref_words: the reference's timed words when the data has them; score: the
+    hypothesis's score per token (``decode_scored``) when it was decoded with timestamps or length candidates."""
 
     id: str
     ref_tokens: list[int]
@@ -34,6 +35,7 @@ class Transcript:
     duration_s: float
     token_times: list[tuple[float, float]] | None = None
     ref_words: list[dict] | None = None
+    score: float | None = None
 
 
 def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch.device, method: str = "greedy",
@@ -58,11 +60,11 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     for batch in batches:
         batch, too_short = pad_short_utterances(batch.to(device), min_frames)  # too_short [B]
         start = time.perf_counter()
-        times = None
+        times = scores = None
         if clock is not None or length_candidates > 0:
-            tokens, lengths, cif = model.decode_aligned(batch.features, batch.feat_mask,
-                                                         beam_size if method == "beam" else 1, lm, lm_weight,
-                                                         length_candidates, count_prior)
+            tokens, lengths, cif, scores = model.decode_scored(batch.features, batch.feat_mask,
+                                                               beam_size if method == "beam" else 1, lm, lm_weight,
+                                                               length_candidates, count_prior)
             if clock is not None:
                 times = decoded_token_times(model, cif, batch.feat_lengths, batch.durations, clock)  # 2 x [B, N]
         elif method == "greedy":
@@ -78,10 +80,11 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
         ref_lengths = batch.token_lengths.cpu().tolist()
         ref_rows = batch.tokens.cpu().tolist()
         starts, ends = (times[0].cpu().tolist(), times[1].cpu().tolist()) if times is not None else (None, None)
+        scores = [None] * batch.size if scores is None else scores.cpu().tolist()
         for row in range(batch.size):
             token_times = None if times is None else list(zip(starts[row][: lengths[row]], ends[row][: lengths[row]]))
             transcripts.append(Transcript(id=batch.ids[row], ref_tokens=ref_rows[row][: ref_lengths[row]],
                                           hyp_tokens=tokens[row][: lengths[row]], ref_text=batch.texts[row],
                                           duration_s=float(batch.durations[row]), token_times=token_times,
-                                          ref_words=batch.words[row]))
+                                          ref_words=batch.words[row], score=scores[row]))
     return transcripts, seconds

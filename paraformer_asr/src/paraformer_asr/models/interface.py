@@ -6,7 +6,8 @@
         -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a TokenNgramLM
         (decode/ngram_lm.py) joined by shallow fusion with weight ``lm_weight``
     gives_timestamps: bool attribute, True when the model also offers
-        decode_aligned(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, extraction) and
+        decode_aligned(features, feat_mask, beam_size, lm, lm_weight) -> (tokens, lengths, extraction),
+        decode_scored(...) -> the same and each hypothesis's score per token [B], and
         token_spans(extraction) -> (starts [B, N], ends [B, N]) encoder-frame positions (its token extractor's
         alignment, CIF fires or CTC frames; decode/timestamps.py turns them into milliseconds)
     calibrates_cif: bool attribute, True when the model also offers

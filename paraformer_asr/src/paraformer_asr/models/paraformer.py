@@ -73,25 +73,40 @@ class ParaformerDecoding:
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0,
                        count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
-        """The best hypothesis and the extraction it came from (for :meth:`token_spans`).
+        """The best hypothesis and the extraction it came from (for :meth:`token_spans`): :meth:`decode_scored`
+        without the scores. -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
+        return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior)[:3]
+
+    @torch.no_grad()
+    def decode_scored(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
+                      lm_weight: float = 0.0, length_candidates: int = 0,
+                      count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction, torch.Tensor]:
+        """The best hypothesis, the extraction it came from, and its score per token.
 
         beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam. ``length_candidates`` k > 0:
-        :meth:`decode_length_candidates` with spread k and ``count_prior``.
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
+        :meth:`decode_length_candidates` with spread k and ``count_prior``. The score is the hypothesis's decoder
+        log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at least 1), less the
+        count prior's term with candidates: what the length candidates are chosen by, and what long-form decoding
+        compares when it judges a pause (decode/longform.py).
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
         if length_candidates > 0:
             return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
                                                  count_prior)
         log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None:
-            return (log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens,
-                    extraction)
-        beams, _ = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
-        return beams[:, 0], extraction.num_tokens, extraction
+            best, tokens = log_probs.max(dim=-1)  # [B, N] each
+            scores = best.masked_fill(~extraction.token_mask, 0.0).sum(dim=1)  # [B]
+            tokens = tokens.masked_fill(~extraction.token_mask, self.pad_id)
+        else:
+            beams, beam_scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
+            tokens, scores = beams[:, 0], beam_scores[:, 0]
+        return tokens, extraction.num_tokens, extraction, scores / extraction.num_tokens.clamp(min=1)
 
     @torch.no_grad()
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
                                  beam_size: int = 1, lm=None, lm_weight: float = 0.0,
-                                 count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput]:
+                                 count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput,
+                                                                    torch.Tensor]:
         """Length candidates (CIF only): the CIF's own count N and N +- 1..``spread`` (:func:`candidate_counts`)
         are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training;
         per utterance the candidate whose best hypothesis has the highest score per token wins (decoder log-prob,
@@ -99,7 +114,8 @@ class ParaformerDecoding:
         distance to the CIF's own expected count (the sum of its calibrated alphas). A count one off spells a word
         with a letter too many or too few; the candidates let the decoder's and the LM's confidence pick the count
         instead, and the prior says how far to trust the CIF over them (data where it counts well want a prior).
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' CifOutput)."""
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' CifOutput; their
+        scores per token [B], the prior's term included)."""
         if self.cfg.predictor != "cif":
             raise ValueError(f"length candidates need the CIF predictor, not {self.cfg.predictor!r}")
         if spread < 1:
@@ -127,7 +143,7 @@ class ParaformerDecoding:
         per_token = per_token - count_prior * (num_tokens.to(per_token.dtype) - expected).abs()
         rows = torch.arange(batch, device=per_token.device) * width + per_token.view(batch, width).argmax(dim=1)
         chosen = extraction.select(rows)
-        return beams[rows, 0, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen
+        return beams[rows, 0, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen, per_token[rows]
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
