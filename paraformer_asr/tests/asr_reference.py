@@ -105,3 +105,22 @@ def loop_speech_runs(profile_db, threshold_db, floor_frames, min_pause_frames, m
         else:
             runs.append([index, index + 1])
     return [(first, end) for first, end in runs if end - first >= min_speech_frames]
+
+
+def loop_extended_ends(starts: list[float], ends: list[float], speech: list[bool], hop_ms: float, window_ms: float,
+                       duration_ms: float) -> list[float]:
+    """One utterance's token ends walked frame by frame (decode/timestamps.py, extend_ends_through_speech): from
+    the input frame at each end, step on while the frames are speech; the end of the last speech frame, capped by
+    the next token's start (the last token: the duration), becomes the end when it is later."""
+    out = []
+    for k, end in enumerate(ends):
+        frame = min(max(int((end - window_ms / 2) // hop_ms), 0), len(speech) - 1)
+        if not speech[frame]:
+            out.append(end)
+            continue
+        while frame + 1 < len(speech) and speech[frame + 1]:
+            frame += 1
+        run_end = (frame + 0.5) * hop_ms + window_ms / 2
+        limit = starts[k + 1] if k + 1 < len(starts) else duration_ms
+        out.append(max(end, min(run_end, limit)))
+    return out

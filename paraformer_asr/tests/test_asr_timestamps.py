@@ -12,6 +12,7 @@ from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.subtitles import format_srt, group_cues, srt_time
 from paraformer_asr.decode.timestamps import (FrameClock, alignment_plot_data, cif_token_spans, decoded_token_times,
+                                              extend_ends_through_speech, speech_frames,
                                               frame_clock, group_words, token_times_ms, word_times)
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.models.cif import inference_token_count
@@ -19,7 +20,7 @@ from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.plots import plot_cif_alignments
 
 from asr_helpers import tiny_model, tiny_raw_config
-from asr_reference import loop_token_spans
+from asr_reference import loop_extended_ends, loop_token_spans
 
 
 def _alphas(seed: int, batch=4, frames=50, scale=0.6):
@@ -128,7 +129,7 @@ def test_alignment_plot_data_and_figure(tmp_path):
     batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(3)])
     clock = frame_clock(cfg)
     tokens, lengths, cif = model.decode_aligned(batch.features, batch.feat_mask)
-    times = decoded_token_times(model, cif, batch.feat_lengths, batch.durations, clock)
+    times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations, clock)
     pieces = [data.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
     frames = model.encoder.output_lengths(batch.feat_lengths)
     plots = alignment_plot_data(batch, cif.integrated_alphas, frames, times, pieces, clock, limit=2)
@@ -203,3 +204,37 @@ def test_subtitle_cues_and_srt_format():
     assert srt_time(3_723_004.4) == "01:02:03,004" and srt_time(-5) == "00:00:00,000"
     assert format_srt(cues) == ("1\n00:00:00,000 --> 00:00:00,700\none two\n\n"
                                 "2\n00:00:02,000 --> 00:00:02,900\nthree four\n")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_token_ends_carried_through_speech_equal_the_frame_by_frame_reference(seed):
+    generator = torch.Generator().manual_seed(seed)
+    clock = FrameClock(10.0, 25.0, 4)
+    batch, frames, tokens = 3, 60, 5
+    speech = torch.rand(batch, frames, generator=generator) < 0.6  # [B, T]
+    lengths = torch.tensor([frames, 41, 23])
+    speech &= lengths_to_mask(lengths, frames)
+    num_tokens = torch.tensor([5, 3, 0])
+    durations = lengths.double() * 10.0 + 15.0
+    bounds = torch.sort(torch.rand(batch, 2 * tokens, generator=generator, dtype=torch.float64), dim=1).values
+    starts, ends = (bounds[:, 0::2] * durations.unsqueeze(1), bounds[:, 1::2] * durations.unsqueeze(1))  # ordered
+    valid = torch.arange(tokens).unsqueeze(0) < num_tokens.unsqueeze(1)
+    starts, ends = starts * valid, ends * valid
+    got = extend_ends_through_speech(starts, ends, num_tokens, speech, clock, durations)
+    for row in range(batch):
+        n = int(num_tokens[row])
+        expected = loop_extended_ends(starts[row, :n].tolist(), ends[row, :n].tolist(),
+                                      speech[row, :int(lengths[row])].tolist(), 10.0, 25.0, float(durations[row]))
+        assert got[row, :n].tolist() == pytest.approx(expected)
+        assert (got[row, n:] == 0).all()
+    later = got[:, :-1]  # never past the next token's start, never earlier than before
+    assert ((later <= starts[:, 1:]) | ~valid[:, 1:] | (later == ends[:, :-1])).all() and (got >= ends).all()
+
+
+def test_speech_frames_are_the_loud_ones_whatever_the_normalisation():
+    loud = torch.tensor([0.0] * 10 + [5.0] * 5 + [0.2] * 5 + [4.0] * 4)  # silence, a word, a near-floor pause, a word
+    features = loud.view(1, -1, 1).expand(2, -1, 8).clone()
+    features[1] = features[1] * 3.0 - 7.0  # an affine normalisation reads the same
+    speech = speech_frames(features, torch.tensor([24, 20]))
+    assert speech[0].tolist() == [False] * 10 + [True] * 5 + [False] * 5 + [True] * 4
+    assert speech[1].tolist() == [False] * 10 + [True] * 5 + [False] * 9

@@ -66,7 +66,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
                                                                beam_size if method == "beam" else 1, lm, lm_weight,
                                                                length_candidates, count_prior)
             if clock is not None:
-                times = decoded_token_times(model, cif, batch.feat_lengths, batch.durations, clock)  # 2 x [B, N]
+                times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations,
+                                            clock)  # 2 x [B, N]
         elif method == "greedy":
             tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
         else:

@@ -439,7 +439,7 @@ class Trainer:
         self.model.eval()
         clock = frame_clock(self.cfg)
         tokens, lengths, cif = self.model.decode_aligned(batch.features, batch.feat_mask)
-        times = decoded_token_times(self.model, cif, batch.feat_lengths, batch.durations, clock)
+        times = decoded_token_times(self.model, cif, batch.features, batch.feat_lengths, batch.durations, clock)
         pieces = [self.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
         encoder_frames = self.model.encoder.output_lengths(batch.feat_lengths)
         data = alignment_plot_data(batch, cif.frame_weights, encoder_frames, times, pieces, clock, count)
