@@ -60,8 +60,13 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
     assert pairs[0]["speedup"] == pytest.approx(greedy[pairs[0]["ar"]] / greedy[pairs[0]["paraformer"]])
     lines = table.read_text().splitlines()
     assert len(lines) == 2 + len(result["decoding"]) + 1 + 2 + len(pairs)
-    assert re.fullmatch(r"\| \w+_paraformer \(characters\) \| \w+_transformer_ar \(characters\) \| PyTorch \| yes \| [\d.]+x \|",
-                        lines[-1])
+    assert re.fullmatch(r"\| \w+_paraformer \(characters\) \| \w+_transformer_ar \(characters\) \| PyTorch \| yes \| "
+                        r"[\d.]+x \| [\d.]+x \|", lines[-1])
+    for r in rows:  # the encoder alone is timed on greedy rows
+        assert (r["encoder_ms_per_utterance"] is None) == (r["method"] == "beam")
+    paraformer = next(r for r in rows if r["model_type"] == "paraformer" and r["method"] == "greedy"
+                      and r["batch_size"] == 1)
+    assert pairs[0]["encoder_bound"] == pytest.approx(greedy[pairs[0]["ar"]] / paraformer["encoder_ms_per_utterance"])
 
 
 def test_rows_are_labelled_with_their_units_and_pairs_compare_paraformers_with_ar_models():

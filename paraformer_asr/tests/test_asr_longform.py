@@ -20,7 +20,7 @@ from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
 from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, Window, WindowReader, append_in_order,
                                             energy_profile, has_word_separators, joined_window, judge_pauses,
-                                            plan_recording, plan_windows,
+                                            padded_batches, plan_recording, plan_windows,
                                             speech_runs, stitch_by_text, stitch_by_times, stitched_windows,
                                             text_overlap_cut,
                                             transcribe_long, window_units)
@@ -487,6 +487,34 @@ def test_a_joined_window_runs_from_the_first_start_to_the_last_end_and_keeps_bet
                Window(2, 20, 30, 15.0, math.inf)]
     assert joined_window(windows, (0, 1)) == Window(0, 0, 20, -math.inf, 15.0, 400.0)
     assert joined_window(windows, (1, 2)) == Window(1, 10, 30, 5.0, math.inf, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_padded_batches_keep_every_batch_within_its_window_count_and_padded_budget(seed):
+    rng = random.Random(seed)
+    lengths = sorted(rng.randint(1, 40) for _ in range(rng.randint(0, 60)))
+    sizes = padded_batches(lengths, 8, 100)
+    assert sum(sizes) == len(lengths) and all(1 <= size <= 8 for size in sizes)
+    start = 0
+    for size in sizes:  # within budget, and as full as the budget and the window count allow
+        batch = lengths[start:start + size]
+        assert size == 1 or size * max(batch) <= 100
+        start += size
+        if start < len(lengths) and size < 8:
+            assert (size + 1) * lengths[start] > 100
+
+
+def test_importing_the_package_bounds_the_onednn_cache_unless_the_environment_says_otherwise():
+    import os
+    import subprocess
+    import sys
+
+    code = "import paraformer_asr, os; print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])"
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "16"
+    assert subprocess.run([sys.executable, "-c", code], env={**env, "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"},
+                          capture_output=True, text=True, check=True).stdout.strip() == "64"
 
 
 def test_long_form_decoding_keeps_a_phrase_with_an_inner_pause_whole(tmp_path, monkeypatch):

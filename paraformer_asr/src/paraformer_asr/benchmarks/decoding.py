@@ -9,13 +9,15 @@ over every autoregressive model, marked when both decode the same units.
 from __future__ import annotations
 
 import platform
+import time
 from pathlib import Path
 from typing import Sequence
 
 import torch
 import torch.nn as nn
 
-from paraformer_asr.data.batching import Batch, Collator
+from paraformer_asr.config import MIN_INPUT_FRAMES
+from paraformer_asr.data.batching import Batch, Collator, pad_short_utterances
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.search import transcribe_batches
@@ -38,7 +40,9 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
     latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
     transcript length in tokens: the autoregressive decoder's step count) and cer (over the text
-    decoded with ``tokenizer``, as scripts/eval.py computes it).
+    decoded with ``tokenizer``, as scripts/eval.py computes it). Greedy rows of a model with an ``encode`` also
+    time the encoder alone on the same batches (a separate pass): encoder_ms_per_utterance (else None), the share
+    of the latency the models' shared encoder architecture takes.
     """
     if method not in ("greedy", "beam"):
         raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
@@ -50,6 +54,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         if warmup_batches > 0:
             transcribe_batches(model, batches[:warmup_batches], device, **search)
         transcripts, seconds = transcribe_batches(model, batches, device, **search)
+        encoder_seconds = time_encoder(model, batches, device) if method == "greedy" else None
     hypotheses = [t.hyp_tokens for t in transcripts]
     cer = score_transcripts([t.ref_tokens for t in transcripts], hypotheses, [t.ref_text for t in transcripts],
                             [tokenizer.decode(h) for h in hypotheses]).cer
@@ -69,9 +74,27 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "rtf": seconds / audio_seconds if audio_seconds > 0 else 0.0,
         "latency_ms_per_utterance": 1000.0 * seconds / len(transcripts),
         "latency_ms_per_batch": 1000.0 * seconds / len(batches),
+        "encoder_ms_per_utterance": None if encoder_seconds is None else 1000.0 * encoder_seconds / len(transcripts),
         "reference_tokens_per_utterance": sum(len(t.ref_tokens) for t in transcripts) / len(transcripts),
         "cer": cer,
     }
+
+
+def time_encoder(model: nn.Module, batches: Sequence[Batch], device: torch.device) -> float | None:
+    """Seconds of ``model.encode`` over the batches (short utterances padded as decoding pads them; device
+    synchronised), or None for a model without one (an onnxruntime export)."""
+    if not hasattr(model, "encode"):
+        return None
+    min_frames = MIN_INPUT_FRAMES[model.encoder.subsampling_factor]
+    seconds = 0.0
+    for batch in batches:
+        batch, _ = pad_short_utterances(batch.to(device), min_frames)
+        start = time.perf_counter()
+        model.encode(batch.features, batch.feat_mask)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds += time.perf_counter() - start
+    return seconds
 
 
 def device_name(device: str) -> str:
@@ -141,11 +164,16 @@ def units_name(tokenizer) -> str:
 
 def paraformer_speedups(rows: list[dict]) -> list[dict]:
     """Batch-1 greedy latency of every autoregressive model divided by every Paraformer's on the same backend, one
-    entry per pair: ``paraformer``, ``ar`` (checkpoints), their ``*_name`` and ``*_units``, ``same_units``, ``backend`` and ``speedup``."""
+    entry per pair: ``paraformer``, ``ar`` (checkpoints), their ``*_name`` and ``*_units``, ``same_units``,
+    ``backend``, ``speedup`` and ``encoder_bound``: the AR latency divided by the Paraformer's encoder alone, the
+    speed-up a Paraformer whose predictor and decoder cost nothing would reach (None without encoder timings)."""
     greedy = [r for r in rows if r["method"] == "greedy" and r["batch_size"] == 1 and not r["config_decoding"]]
     return [{"paraformer": p["checkpoint"], "paraformer_name": p["name"], "paraformer_units": p["units"],
-             "ar": a["checkpoint"], "ar_name": a["name"], "ar_units": a["units"], "same_units": p["units"] == a["units"], "backend": backend_name(p),
-             "speedup": a["latency_ms_per_utterance"] / p["latency_ms_per_utterance"]}
+             "ar": a["checkpoint"], "ar_name": a["name"], "ar_units": a["units"],
+             "same_units": p["units"] == a["units"], "backend": backend_name(p),
+             "speedup": a["latency_ms_per_utterance"] / p["latency_ms_per_utterance"],
+             "encoder_bound": (a["latency_ms_per_utterance"] / p["encoder_ms_per_utterance"]
+                               if p.get("encoder_ms_per_utterance") else None)}
             for p in greedy if p["model_type"] == "paraformer"
             for a in greedy if a["model_type"] == "transformer_ar" and backend_name(a) == backend_name(p)]
 
@@ -184,18 +212,21 @@ def backend_name(row: dict) -> str:
 def markdown_table(rows: list[dict]) -> str:
     """The rows, then (with both model types) the batch-1 greedy speed-up of each Paraformer over each AR model."""
     lines = ["| model | units | checkpoint | backend | decode | batch | utterances | tokens / utt. | CER | RTF | "
-             "latency (ms / utt.) | throughput (utt. / s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "latency (ms / utt.) | encoder alone (ms / utt.) | throughput (utt. / s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decode = decoding_label(r)
+        encoder = "" if r.get("encoder_ms_per_utterance") is None else f"{r['encoder_ms_per_utterance']:.2f}"
         lines.append(f"| {r['model_type']} | {r['units']} | {r['name']} | {backend_name(r)} | {decode} | "
                      f"{r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
                      f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
-                     f"{r['latency_ms_per_utterance']:.2f} | {1000.0 / r['latency_ms_per_utterance']:.1f} |")
+                     f"{r['latency_ms_per_utterance']:.2f} | {encoder} | "
+                     f"{1000.0 / r['latency_ms_per_utterance']:.1f} |")
     pairs = paraformer_speedups(rows)
     if pairs:
-        lines += ["", "| Paraformer (units) | AR (units) | backend | same units | greedy speed-up, batch 1 |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {p['paraformer_name']} ({p['paraformer_units']}) | {p['ar_name']} ({p['ar_units']}) | {p['backend']} | "
-                  f"{'yes' if p['same_units'] else 'no'} | {p['speedup']:.1f}x |" for p in pairs]
+        lines += ["", "| Paraformer (units) | AR (units) | backend | same units | greedy speed-up, batch 1 | "
+                  "bound: AR latency / Paraformer encoder alone |", "|---|---|---|---|---|---|"]
+        lines += [f"| {p['paraformer_name']} ({p['paraformer_units']}) | {p['ar_name']} ({p['ar_units']}) | "
+                  f"{p['backend']} | {'yes' if p['same_units'] else 'no'} | {p['speedup']:.1f}x | "
+                  + ("" if p["encoder_bound"] is None else f"{p['encoder_bound']:.1f}x") + " |" for p in pairs]
     return "\n".join(lines) + "\n"

@@ -20,8 +20,8 @@ Self-attention costs grow with the square of the input, so a recording of minute
       ▼
     front end + normaliser -> features [T, F] (frames on the whole recording's frame grid)
       ▼
-    batch_windows windows -> one padded batch -> one batched decode (greedy or beam; CIF token times; a score per
-      │  token)
+    batch_windows windows (of similar length; at most batch_windows x 5 s padded) -> one padded batch -> one
+      │  batched decode (greedy or beam; CIF token times; a score per token)
       ▼
     judge_pauses (a Paraformer, 'pauses', judged_pauses_ms = (low, high)): the plan cuts at every pause of low ms
       │  or more; the neighbours across each pause shorter than high are decoded together too, in rounds, and
@@ -90,6 +90,7 @@ Contracts:
     joined_window(windows, (first, last))                                 -> Window spanning windows[first..last]
     pooled_score((score, tokens), (score, tokens))                        -> token-weighted mean score per token
     judge_pauses(windows, judged_ms, longest_samples, score(spans) -> [(score, tokens)]) -> [(first, last)]
+    padded_batches(lengths shortest first, batch_windows, budget_samples) -> batch sizes
     window_units(pieces, token_times | None, offset_ms, by_words)        -> list[TimedUnit]
     keep_between(units, start_ms, end_ms)                                  -> units whose centre is in [start, end)
     same_unit(first, second)                                               -> spans overlap by >= half the shorter
@@ -131,6 +132,7 @@ PROFILE_BLOCK_SECONDS = 30.0  # the energy pass reads the recording in windows o
 FLOOR_BLOCK_SECONDS = 30.0  # the noise floor is estimated per stretch of this length ...
 FLOOR_QUANTILE = 0.1  # ... as this quantile of its 10 ms frame energies
 MIN_SPEECH_MS = 50.0  # shorter speech runs between pauses are taken for clicks and dropped
+BATCH_SECONDS_PER_WINDOW = 5.0  # a batch holds at most batch_windows x this much padded audio
 MIN_WINDOW_SECONDS = 0.2  # a speech segment is given at least this much audio (the encoder needs 85 ms)
 TEXT_SEARCH_WIDENING = 1.5  # text stitching: words searched in an overlap, relative to the expected count
 _POWER_FLOOR = 1e-12  # before the log of a frame's power (digital silence: -120 dB)
@@ -564,13 +566,19 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
         windows = plan_recording(reader.num_samples, plan_options, hop, align, rate, profile)
 
         def decode(spans: list[Span]) -> list[DecodedWindow]:
-            """Decode the spans not decoded yet, ``options.batch_windows`` windows a batch -> every span's decode."""
+            """Decode the spans not decoded yet, ``options.batch_windows`` windows a batch, batched by length (less
+            padding) -> every span's decode."""
             nonlocal decode_seconds
-            missing = [span for span in dict.fromkeys(spans) if span not in decoded]
-            for batch_start in range(0, len(missing), options.batch_windows):
+            missing = sorted((span for span in dict.fromkeys(spans) if span not in decoded),
+                             key=lambda span: windows[span[1]].end - windows[span[0]].start)
+            lengths = [windows[last].end - windows[first].start for first, last in missing]
+            done = 0
+            for batch_size in padded_batches(lengths, options.batch_windows,
+                                             round(options.batch_windows * BATCH_SECONDS_PER_WINDOW * rate)):
                 if pause is not None:
                     pause()
-                spans_now = missing[batch_start:batch_start + options.batch_windows]
+                spans_now = missing[done:done + batch_size]
+                done += batch_size
                 batch = [joined_window(windows, span) for span in spans_now]
                 items = []
                 for window in batch:
@@ -584,7 +592,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                 for span, window, transcript in zip(spans_now, batch, transcripts):
                     decoded[span] = decoded_window(window, transcript, loaded.tokenizer, rate, by_words)
                 if progress is not None:  # the last step, stitching, is reported at the end
-                    progress(len(decoded), len(decoded) + len(missing) - batch_start - len(batch) + 1)
+                    progress(len(decoded), len(decoded) + len(missing) - done + 1)
             return [decoded[span] for span in spans]
 
         if judged:
@@ -628,6 +636,22 @@ def decoded_window(window: Window, transcript, tokenizer: Tokenizer, rate: int, 
     times = None if transcript.token_times is None else transcript.token_times[:len(tokens)]
     units = window_units(tokenizer.pieces(tokens), times, window.start * 1000.0 / rate, by_words)
     return DecodedWindow(window, units, tokens, transcript.score)
+
+
+def padded_batches(lengths: list[int], batch_windows: int, budget_samples: int) -> list[int]:
+    """Window lengths in samples, shortest first -> the sizes of consecutive batches: at most ``batch_windows``
+    windows, and at most ``budget_samples`` of padded audio (windows x the longest of them), a longer window alone.
+    Activations grow with a batch's padded size, so joined windows of up to chunk_seconds cost no more memory
+    than ``batch_windows`` windows of BATCH_SECONDS_PER_WINDOW."""
+    sizes, start = [], 0
+    while start < len(lengths):
+        size = 1
+        while (size < batch_windows and start + size < len(lengths)
+               and (size + 1) * lengths[start + size] <= budget_samples):
+            size += 1
+        sizes.append(size)
+        start += size
+    return sizes
 
 
 def same_unit(first: TimedUnit, second: TimedUnit) -> bool:
