@@ -11,7 +11,7 @@ from asr_helpers import tiny_model
 
 KEYS = {"method", "beam_size", "lm_order", "lm_weight", "length_candidates", "count_prior", "num_utterances",
         "num_batches", "batch_size", "seconds", "audio_seconds", "rtf", "latency_ms_per_utterance",
-        "latency_ms_per_batch", "reference_tokens_per_utterance", "cer"}
+        "latency_ms_per_batch", "encoder_ms_per_utterance", "reference_tokens_per_utterance", "cer"}
 
 
 @pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
@@ -33,5 +33,7 @@ def test_benchmark_decoding_reports_consistent_numbers(model_type):
             sum(float(b.token_lengths.sum()) for b in batches) / 12)
         scores, _, _ = evaluate(model, batches, data.tokenizer, device, method, beam_size=2)
         assert result["cer"] == pytest.approx(scores["cer"])
+        encoder_ms = result["encoder_ms_per_utterance"]  # the encoder alone: timed on greedy rows only
+        assert (encoder_ms is None) if method == "beam" else encoder_ms > 0
     with pytest.raises(ValueError, match="greedy"):
         benchmark_decoding(model, batches, "sampling", device, data.tokenizer)
