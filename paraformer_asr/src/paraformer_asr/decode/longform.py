@@ -47,7 +47,7 @@ pause of 360 ms. A model trained on single phrases reads a fragment of a phrase 
 candidates turn 'to twenty percent' into a whole command) and two phrases in one window worse still. So where the
 model scores its hypotheses (the Paraformer: decoder log-prob per token, plus the LM's), the pause is judged by
 that score: a phrase cut at an inner pause reads better whole, two phrases read better apart. The price is decoding
-most of a recording about twice (docs/results.md, "Pauses judged by the decoder").
+most of a recording more than once: about three times the time (docs/results.md, "Pauses judged by the decoder").
 
 **Digital silence** (exact zeros, as between clips joined by an editor) is never part of a window's edges, and never
 sets the noise floor. Its log-mel features (the front end's floor, far below any recorded silence) are unlike
