@@ -82,7 +82,8 @@ def test_rows_are_labelled_with_their_units_and_pairs_compare_paraformers_with_a
 
     rows = [row("paraformer", "BPE 64", 10.0), row("paraformer", "BPE 64", 5.0, batch=16),
             row("transformer_ar", "characters", 300.0), row("transformer_ar", "BPE 64", 120.0),
-            row("transformer_ar", "BPE 64", 200.0, method="beam"), row("transformer_ar", "BPE 64", 50.0, backend="onnx"),
+            row("transformer_ar", "BPE 64", 200.0, method="beam"),
+            row("transformer_ar", "BPE 64", 50.0, backend="onnx"),
             row("paraformer", "BPE 64", 1.0, config=True)]  # a config's decoding is not in the greedy pairing
     assert [(p["ar_units"], p["same_units"], p["speedup"]) for p in paraformer_speedups(rows)] == [
         ("characters", False, 30.0), ("BPE 64", True, 12.0)]  # the onnxruntime AR pairs with no PyTorch Paraformer

@@ -15,15 +15,14 @@ from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 
 
-
 @dataclass(frozen=True)
 class DecodingOptions:
     """method: 'greedy' or 'beam'; beam_size: hypotheses kept by beam search; lm_order: with 'beam', the order of a
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
     lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
     candidate with the best score per token (a Paraformer with the CIF only), less count_prior x its distance to
-    the CIF's expected count. None: the checkpoint's ``decode``
-    section (:meth:`resolve`). ConfigError naming the option for a bad value."""
+    the CIF's expected count. None: the checkpoint's ``decode`` section (:meth:`resolve`). ConfigError naming the
+    option for a bad value."""
 
     method: str | None = None
     beam_size: int | None = None
@@ -81,8 +80,7 @@ class DecodingOptions:
 
 def add_decoding_arguments(parser) -> None:
     """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior (see
-    :class:`DecodingOptions`); each
-    defaults to the checkpoint's ``decode`` config section."""
+    :class:`DecodingOptions`); each defaults to the checkpoint's ``decode`` config section."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
     group.add_argument("--decode", choices=DECODE_METHODS, default=None)
