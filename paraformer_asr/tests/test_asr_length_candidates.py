@@ -1,10 +1,13 @@
 """Length candidates (models/paraformer.py, decode_length_candidates) and the config's default decoding
-(config.py DecodeConfig, decode/options.py): the batched search against a plain loop, padding invariance, and the
-options' resolution and errors."""
+(config.py DecodeConfig, decode/options.py): the batched search against a plain loop (with and without the CTC
+score), the CTC log-likelihood against a sum over every alignment, padding invariance, and the options' resolution
+and errors."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 
 import pytest
 import torch
@@ -14,16 +17,17 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.errors import ConfigError
+from paraformer_asr.models.ctc import ctc_log_likelihood
 from paraformer_asr.models.paraformer import candidate_counts
 
 
-def _tiny_paraformer(predictor_bias: int = 0):
+def _tiny_paraformer(predictor_bias: int = 0, ctc_weight: float = 0.0):
     from paraformer_asr.data.batching import Collator
     from paraformer_asr.data.setup import build_data
     from paraformer_asr.models.factory import build_model
 
     raw = tiny_raw_config()
-    raw["model"]["predictor_bias"] = predictor_bias
+    raw["model"].update(predictor_bias=predictor_bias, ctc_weight=ctc_weight)
     cfg = config_from_dict(raw)
     data = build_data(cfg)
     torch.manual_seed(0)
@@ -38,11 +42,59 @@ def test_candidate_counts_spread_around_the_count_and_never_below_the_minimum():
     assert candidate_counts(counts, 1, minimum=2).tolist() == [[0, 0, 0], [1, 1, 1], [4, 5, 6]]
 
 
-def _loop_reference(model, features, lengths, spread: int,
-                    count_prior: float = 0.0) -> tuple[list[list[int]], list[float]]:
+def loop_ctc_log_likelihood(log_probs: torch.Tensor, tokens: list[int], blank: int) -> float:
+    """The CTC forward algorithm written out for one sequence: log_probs [T, V] -> log P(tokens), -inf when no
+    alignment exists (a blank among the tokens included)."""
+    if blank in tokens:
+        return float("-inf")
+    labels = [blank]
+    for token in tokens:
+        labels += [token, blank]
+    alpha = [float("-inf")] * len(labels)
+    alpha[0] = float(log_probs[0, blank])
+    if len(labels) > 1:
+        alpha[1] = float(log_probs[0, labels[1]])
+    for t in range(1, log_probs.shape[0]):
+        previous = alpha
+        alpha = []
+        for s, label in enumerate(labels):
+            terms = [previous[s]] + ([previous[s - 1]] if s >= 1 else [])
+            if s >= 2 and label != blank and label != labels[s - 2]:
+                terms.append(previous[s - 2])
+            top = max(terms)
+            total = top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in terms))
+            alpha.append(total + float(log_probs[t, label]))
+    ends = alpha[-2:] if len(labels) > 1 else alpha[-1:]
+    top = max(ends)
+    return top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in ends))
+
+
+def test_ctc_log_likelihood_sums_every_alignment():
+    """Against the sum over every label path of the frames that collapses to the tokens (brute force), and the loop
+    above; -inf where no path exists (too few frames, or a blank among the tokens)."""
+    generator = torch.Generator().manual_seed(0)
+    blank, frames, vocab = 0, 5, 3
+    log_probs = torch.randn(1, frames, vocab, generator=generator).log_softmax(dim=-1)  # [1, T, V]
+    for tokens in ([1], [1, 2], [2, 2], [1, 1, 2], [2, 1, 2]):
+        paths = [path for path in itertools.product(range(vocab), repeat=frames)
+                 if [label for label, _ in itertools.groupby(path) if label != blank] == tokens]
+        brute = math.log(sum(math.exp(sum(float(log_probs[0, t, label]) for t, label in enumerate(path)))
+                             for path in paths))
+        got = float(ctc_log_likelihood(log_probs, torch.tensor([frames]), torch.tensor([tokens]),
+                                       torch.tensor([len(tokens)]), blank)[0])
+        assert got == pytest.approx(brute, abs=1e-5) and got == pytest.approx(
+            loop_ctc_log_likelihood(log_probs[0], tokens, blank), abs=1e-5)
+    impossible = ctc_log_likelihood(log_probs.expand(2, -1, -1), torch.tensor([2, frames]),
+                                    torch.tensor([[1, 1, 1], [1, blank, 2]]), torch.tensor([3, 3]), blank)
+    assert impossible.tolist() == [float("-inf"), float("-inf")]
+
+
+def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0,
+                    ctc_score_weight: float = 0.0) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
-    scaled to the count): greedy tokens, score = their log-prob sum / count - count_prior x |count - the sum of the
-    calibrated alphas|, the first best candidate wins. -> (its tokens, its score) per utterance."""
+    scaled to the count): greedy tokens, score = (their log-prob sum + ctc_score_weight x their CTC log-likelihood)
+    / count - count_prior x |count - the sum of the calibrated alphas|, the first best candidate wins; the CTC term is
+    left out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
     hypotheses, scores = [], []
     for row in range(features.shape[0]):
@@ -52,29 +104,38 @@ def _loop_reference(model, features, lengths, spread: int,
             encoder_out, enc_mask = model.encode(feats, mask)
             expected = float(model.predictor(encoder_out, enc_mask).integrated_alphas.sum())
             count = model.predictor(encoder_out, enc_mask).num_tokens
-        best, best_score = None, None
+            ctc_log_probs = model.ctc(encoder_out)[0] if ctc_score_weight else None  # [T', V]
+        found = []  # (tokens, decoder log-prob sum, CTC log-likelihood, count term) per candidate
         for candidate in candidate_counts(count, spread, 1 + bias)[0].tolist():
             tokens = torch.zeros(1, candidate - bias, dtype=torch.long)  # forward appends the <eos> for bias 1
             with torch.no_grad():
                 log_probs, extraction = model._log_posteriors(
                     *model.forward(feats, mask, tokens, torch.tensor([candidate - bias])))
             top = log_probs[0, :int(extraction.num_tokens[0])].max(dim=-1)
-            score = float(top.values.sum()) / max(int(extraction.num_tokens[0]), 1)
-            score -= count_prior * abs(candidate - expected)
+            ctc = loop_ctc_log_likelihood(ctc_log_probs, top.indices.tolist(), model.blank_id) if ctc_score_weight \
+                else 0.0
+            found.append((top.indices.tolist(), float(top.values.sum()), ctc, max(int(extraction.num_tokens[0]), 1),
+                          count_prior * abs(candidate - expected)))
+        use_ctc = any(ctc > float("-inf") for _, _, ctc, _, _ in found)
+        best, best_score = None, None
+        for tokens, decoder_sum, ctc, count_term, prior_term in found:
+            score = (decoder_sum + (ctc_score_weight * ctc if use_ctc else 0.0)) / count_term - prior_term
             if best_score is None or score > best_score:
-                best, best_score = top.indices.tolist(), score
+                best, best_score = tokens, score
         hypotheses.append(best)
         scores.append(best_score)
     return hypotheses, scores
 
 
-@pytest.mark.parametrize("predictor_bias, count_prior", [(0, 0.0), (1, 0.0), (0, 0.3)])
-def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior):
-    model, batch, _ = _tiny_paraformer(predictor_bias)
+@pytest.mark.parametrize("predictor_bias, count_prior, ctc_score_weight", [(0, 0.0, 0.0), (1, 0.0, 0.0),
+                                                                         (0, 0.3, 0.0), (0, 0.3, 0.5), (1, 0.0, 2.0)])
+def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior, ctc_score_weight):
+    model, batch, _ = _tiny_paraformer(predictor_bias, ctc_weight=0.3 if ctc_score_weight else 0.0)
     tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2,
-                                                                     count_prior=count_prior)
+                                                                     count_prior=count_prior,
+                                                                     ctc_score_weight=ctc_score_weight)
     expected, expected_scores = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2,
-                                                count_prior)
+                                                count_prior, ctc_score_weight)
     got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
     assert got == expected
     assert scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
@@ -82,18 +143,20 @@ def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prio
     assert bool((tokens[~chosen.token_mask] == model.pad_id).all())
 
 
-def test_length_candidates_with_beam_and_lm_do_not_depend_on_the_batch():
+def test_length_candidates_with_beam_lm_and_ctc_do_not_depend_on_the_batch():
     """Padding invariance: each utterance decoded alone gives what it gives in the padded batch."""
-    model, batch, data = _tiny_paraformer()
+    model, batch, data = _tiny_paraformer(ctc_weight=0.3)
     lm = build_token_lm(["abc", "bcd", "cafe", "fade", "bead"], data.tokenizer, order=3)
-    tokens, lengths, _, _ = model.decode_length_candidates(batch.features, batch.feat_mask, 1, beam_size=3, lm=lm,
-                                                           lm_weight=0.5)
+    tokens, lengths, _, scores = model.decode_length_candidates(batch.features, batch.feat_mask, 1, beam_size=3, lm=lm,
+                                                                lm_weight=0.5, ctc_score_weight=0.5)
     frames = batch.feat_mask.sum(dim=1)
     for row in range(tokens.shape[0]):
         alone = batch.features[row:row + 1, :frames[row]]
-        one, one_length, _, _ = model.decode_length_candidates(alone, torch.ones(alone.shape[:2], dtype=torch.bool),
-                                                               1, beam_size=3, lm=lm, lm_weight=0.5)
+        one, one_length, _, one_score = model.decode_length_candidates(
+            alone, torch.ones(alone.shape[:2], dtype=torch.bool), 1, beam_size=3, lm=lm, lm_weight=0.5,
+            ctc_score_weight=0.5)
         assert one[0, :one_length[0]].tolist() == tokens[row, :lengths[row]].tolist()
+        assert float(one_score[0]) == pytest.approx(float(scores[row]), abs=1e-4)
 
 
 def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
@@ -104,6 +167,22 @@ def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
     raw["model"].update(predictor="ctc", ctc_weight=0.5)
     with pytest.raises(ConfigError, match="decode.length_candidates"):
         config_from_dict(raw, ["decode.length_candidates=1"])
+
+
+def test_a_ctc_score_needs_a_ctc_head_and_length_candidates():
+    model, batch, _ = _tiny_paraformer()  # no CTC head
+    with pytest.raises(ValueError, match="CTC head"):
+        model.decode_length_candidates(batch.features, batch.feat_mask, 1, ctc_score_weight=0.5)
+    for overrides in (["decode.length_candidates=2", "decode.ctc_score_weight=0.5"],  # no CTC head
+                      ["model.ctc_weight=0.3", "decode.ctc_score_weight=0.5"],  # no length candidates
+                      ["model.ctc_weight=0.3", "decode.length_candidates=2", "decode.ctc_score_weight=-1"]):
+        with pytest.raises(ConfigError, match="decode.ctc_score_weight"):
+            config_from_dict(tiny_raw_config(), overrides)
+    with pytest.raises(ConfigError, match="--ctc-score-weight"):
+        DecodingOptions(ctc_score_weight=-0.5)
+    loaded = type("Loaded", (), {"cfg": config_from_dict(tiny_raw_config()), "tokenizer": None})()
+    with pytest.raises(ConfigError, match="--ctc-score-weight needs .* CTC head"):
+        DecodingOptions(length_candidates=2, ctc_score_weight=0.5).search_arguments(loaded)
 
 
 @pytest.mark.parametrize("override, key", [
@@ -122,14 +201,15 @@ def test_bad_decode_sections_name_the_key(override, key):
 def test_unset_options_come_from_the_checkpoint_config_and_flags_override_them():
     shipped = config_from_dict(tiny_raw_config(), ["decode.method=beam", "decode.beam_size=8", "decode.lm_order=6",
                                                    "decode.lm_weight=1.0", "decode.length_candidates=3",
-                                                   "decode.count_prior=0.3"]).decode
-    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3)
-    assert DecodingOptions(beam_size=2, length_candidates=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 0,
-                                                                                                 0.3)
+                                                   "decode.count_prior=0.3", "decode.ctc_score_weight=0.5",
+                                                   "model.ctc_weight=0.3"]).decode
+    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5)
+    assert DecodingOptions(beam_size=2, ctc_score_weight=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 3,
+                                                                                                0.3, 0)
     # greedy decoding drops the config's LM (it belongs to the beam search) but keeps its length candidates
-    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3)
+    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3, 0.5)
     plain = config_from_dict(tiny_raw_config()).decode
-    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0)
+    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0)
     with pytest.raises(ConfigError, match="an LM needs --decode beam"):
         DecodingOptions(lm_order=3).resolve(plain)
 
@@ -165,7 +245,7 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
 
 
 def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_size():
-    from paraformer_asr.decode.tuning import COUNT_PRIORS, LM_WEIGHTS, decoding_grid
+    from paraformer_asr.decode.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHTS, LM_WEIGHTS, decoding_grid
 
     section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5"]).decode
     grid = decoding_grid(section)
@@ -174,6 +254,13 @@ def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_siz
     assert all(s.length_candidates == 3 and s.lm_order == 6 and s.beam_size == 5 for s in grid[1 + len(COUNT_PRIORS):])
     assert {(s.lm_weight, s.count_prior) for s in grid if s.method == "beam"} == {
         (w, p) for w in LM_WEIGHTS for p in COUNT_PRIORS}
+    assert {s.ctc_score_weight for s in grid} == {0.0}
+    with_ctc = decoding_grid(section, ctc_head=True)
+    assert with_ctc[0] == grid[0] and len(with_ctc) == 1 + len(COUNT_PRIORS) * (1 + len(LM_WEIGHTS)) * (
+        1 + len(CTC_SCORE_WEIGHTS))
+    assert [s for s in with_ctc if s.ctc_score_weight == 0] == grid  # the settings without it come first, in order
+    greedy_with_ctc = [s for s in with_ctc if s.method == "greedy" and s.ctc_score_weight > 0]
+    assert with_ctc.index(greedy_with_ctc[0]) < min(with_ctc.index(s) for s in with_ctc if s.method == "beam")
 
 
 @pytest.mark.slow

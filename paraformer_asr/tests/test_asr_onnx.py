@@ -79,12 +79,14 @@ def test_every_cli_takes_the_shared_decoding_options(script, capsys):
 
 
 def _train_toy(folder, kind: str):
-    """kind: paraformer, paraformer_ctc (the CTC token extractor) or transformer_ar."""
+    """kind: paraformer (the CIF, with a CTC head), paraformer_ctc (the CTC token extractor) or transformer_ar."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.training.loop import train
 
     raw = tiny_raw_config(str(folder))
     raw["model"]["type"] = "transformer_ar" if kind == "transformer_ar" else "paraformer"
+    if kind == "paraformer":
+        raw["model"]["ctc_weight"] = 0.3
     if kind == "paraformer_ctc":
         raw["model"].update(predictor="ctc", ctc_weight=0.5, predictor_bias=0)
     raw["train"]["epochs"] = 12 if kind == "paraformer_ctc" else 3  # the CTC head needs a few epochs to emit
@@ -147,11 +149,14 @@ def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
             expected, got = (m.model.beam_search(batch.features, batch.feat_mask, 3)[::2]
                              for m in (torch_model, onnx_model))
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), method
-    if predictor == "cif":  # length candidates run the CIF and the decoder as two graphs
-        expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3)
-                         for m in (torch_model, onnx_model))
-        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
-        assert torch.allclose(got[3], expected[3], atol=1e-4)  # the scores long-form decoding judges pauses by
+    if predictor == "cif":  # length candidates run the CIF and the decoder as two graphs, the CTC score a third
+        assert "ctc" in onnx_model.model.graphs
+        for ctc_score_weight in (0.0, 0.5):
+            expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3,
+                                                              ctc_score_weight=ctc_score_weight)
+                             for m in (torch_model, onnx_model))
+            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+            assert torch.allclose(got[3], expected[3], atol=1e-4)  # the scores long-form decoding judges pauses by
 
 
 @pytest.mark.slow

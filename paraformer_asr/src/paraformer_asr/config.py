@@ -151,7 +151,10 @@ class DecodeConfig:
     length_candidates: int = 0
     # ... less count_prior x its distance to the CIF's expected count (0: the scores alone pick the count)
     count_prior: float = 0.0
-    # at the end of training, choose method, lm_weight, length_candidates and count_prior on the validation set
+    # ... plus ctc_score_weight x each hypothesis's CTC log-likelihood per token (a model with a CTC head; 0: none)
+    ctc_score_weight: float = 0.0
+    # at the end of training, choose method, lm_weight, length_candidates, count_prior and ctc_score_weight on the
+    # validation set
     # (decode/tuning.py) and store the choice in best.pt
     tune: bool = False
 
@@ -292,6 +295,10 @@ def validate(cfg: Config) -> Config:
              decode.lm_order)
     _require(decode.length_candidates >= 0, "decode.length_candidates", ">= 0", decode.length_candidates)
     _require(decode.count_prior >= 0, "decode.count_prior", ">= 0", decode.count_prior)
+    _require(decode.ctc_score_weight >= 0, "decode.ctc_score_weight", ">= 0", decode.ctc_score_weight)
+    _require(decode.ctc_score_weight == 0 or (decode.length_candidates > 0 and model.ctc_weight > 0),
+             "decode.ctc_score_weight", "0 unless decode.length_candidates > 0 and the model has a CTC head "
+             "(model.ctc_weight > 0)", decode.ctc_score_weight)
     cif_model = model.type == "paraformer" and model.predictor == "cif"
     _require(cif_model or decode.length_candidates == 0, "decode.length_candidates",
              "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)

@@ -28,13 +28,15 @@ from paraformer_asr.models.factory import count_parameters
 
 def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,
                        tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1, lm=None,
-                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0) -> dict:
+                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
+                       ctc_score_weight: float = 0.0) -> dict:
     """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
     ('beam', best beam scored), with an optional n-gram ``lm`` and length candidates as transcribe_batches
     takes them, and time it.
 
     The first ``warmup_batches`` batches are decoded once untimed first. Returns a dict:
-    method, beam_size, lm_order (0 without an LM), lm_weight, length_candidates, count_prior, num_utterances,
+    method, beam_size, lm_order (0 without an LM), lm_weight, length_candidates, count_prior, ctc_score_weight,
+    num_utterances,
     num_batches, batch_size (largest batch), seconds (decoding
     wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
@@ -49,7 +51,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     if not batches:
         raise ValueError("benchmark_decoding needs at least one batch")
     search = {"method": method, "beam_size": beam_size, "lm": lm, "lm_weight": lm_weight,
-              "length_candidates": length_candidates, "count_prior": count_prior}
+              "length_candidates": length_candidates, "count_prior": count_prior, "ctc_score_weight": ctc_score_weight}
     with torch.no_grad():
         if warmup_batches > 0:
             transcribe_batches(model, batches[:warmup_batches], device, **search)
@@ -66,6 +68,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "lm_weight": lm_weight if lm is not None else 0.0,
         "length_candidates": length_candidates,
         "count_prior": count_prior if length_candidates else 0.0,
+        "ctc_score_weight": ctc_score_weight if length_candidates else 0.0,
         "num_utterances": len(transcripts),
         "num_batches": len(batches),
         "batch_size": max(batch.size for batch in batches),
@@ -196,6 +199,7 @@ def decoding_label(row: dict) -> str:
     if row["length_candidates"]:
         label += f", length candidates {row['length_candidates']}"
         label += f" (count prior {row['count_prior']:g})" if row["count_prior"] else ""
+        label += f" + CTC score ({row['ctc_score_weight']:g})" if row.get("ctc_score_weight") else ""
     return f"config: {label}" if row["config_decoding"] else label
 
 

@@ -529,7 +529,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                     options: LongFormOptions = LongFormOptions(), *, name: str | None = None,
                     start_s: float | None = None, end_s: float | None = None, method: str = "greedy",
                     beam_size: int = 4, lm=None, lm_weight: float = 0.0, length_candidates: int = 0,
-                    count_prior: float = 0.0,
+                    count_prior: float = 0.0, ctc_score_weight: float = 0.0,
                     progress: Callable[[int, int], None] | None = None,
                     pause: Callable[[], None] | None = None) -> LongTranscript:
     """Transcribe an audio file or file object (or its segment [start_s, end_s)) window by window.
@@ -587,7 +587,8 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                                   "tokens": torch.zeros(0, dtype=torch.long), "text": "",
                                   "duration_s": waveform.numel() / rate})
                 transcripts, seconds = transcribe_batches(loaded.model, [collate(items)], device, method, beam_size,
-                                                          lm, lm_weight, clock, length_candidates, count_prior)
+                                                          lm, lm_weight, clock, length_candidates, count_prior,
+                                                          ctc_score_weight)
                 decode_seconds += seconds
                 for span, window, transcript in zip(spans_now, batch, transcripts):
                     decoded[span] = decoded_window(window, transcript, loaded.tokenizer, rate, by_words)

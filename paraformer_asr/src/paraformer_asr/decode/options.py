@@ -21,7 +21,8 @@ class DecodingOptions:
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
     lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
     candidate with the best score per token (a Paraformer with the CIF only), less count_prior x its distance to
-    the CIF's expected count. None: the checkpoint's ``decode`` section (:meth:`resolve`). ConfigError naming the
+    the CIF's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head).
+    None: the checkpoint's ``decode`` section (:meth:`resolve`). ConfigError naming the
     option for a bad value."""
 
     method: str | None = None
@@ -30,6 +31,7 @@ class DecodingOptions:
     lm_weight: float | None = None
     length_candidates: int | None = None
     count_prior: float | None = None
+    ctc_score_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in DECODE_METHODS:
@@ -44,6 +46,8 @@ class DecodingOptions:
             raise ConfigError(f"--length-candidates must be >= 0, got {self.length_candidates}")
         if (self.count_prior or 0) < 0:
             raise ConfigError(f"--count-prior must be >= 0, got {self.count_prior}")
+        if (self.ctc_score_weight or 0) < 0:
+            raise ConfigError(f"--ctc-score-weight must be >= 0, got {self.ctc_score_weight}")
 
     def resolve(self, defaults: DecodeConfig) -> "DecodingOptions":
         """Every unset option from ``defaults`` (a checkpoint's ``cfg.decode``). Greedy decoding keeps no LM: a
@@ -64,22 +68,28 @@ class DecodingOptions:
     def search_arguments(self, loaded) -> dict:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
-        without an LM), length_candidates and count_prior; ConfigError when the model cannot decode that way."""
+        without an LM), length_candidates, count_prior and ctc_score_weight; ConfigError when the model cannot decode
+        that way."""
         options = self.resolve(loaded.cfg.decode)
         if options.length_candidates > 0 and not (loaded.cfg.model.type == "paraformer"
                                                  and loaded.cfg.model.predictor == "cif"):
             raise ConfigError("--length-candidates needs a Paraformer with the CIF predictor (this checkpoint: "
                               f"{loaded.cfg.model.type}, predictor {loaded.cfg.model.predictor!r}); use 0")
+        if options.ctc_score_weight > 0 and (options.length_candidates == 0 or loaded.cfg.model.ctc_weight <= 0):
+            raise ConfigError("--ctc-score-weight needs --length-candidates > 0 and a model trained with a CTC head "
+                              f"(this checkpoint: model.ctc_weight {loaded.cfg.model.ctc_weight:g}, length "
+                              f"candidates {options.length_candidates}); use 0")
         lm = None
         if options.lm_order > 0:
             lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
         return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
                 "lm_weight": options.lm_weight if lm is not None else 0.0,
-                "length_candidates": options.length_candidates, "count_prior": options.count_prior}
+                "length_candidates": options.length_candidates, "count_prior": options.count_prior,
+                "ctc_score_weight": options.ctc_score_weight}
 
 
 def add_decoding_arguments(parser) -> None:
-    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior (see
+    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior, --ctc-score-weight (see
     :class:`DecodingOptions`); each defaults to the checkpoint's ``decode`` config section."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
@@ -95,10 +105,13 @@ def add_decoding_arguments(parser) -> None:
     group.add_argument("--count-prior", type=float, default=None,
                        help="with --length-candidates: subtract this times each candidate's distance to the CIF's "
                             "expected token count from its score (0 = none)")
+    group.add_argument("--ctc-score-weight", type=float, default=None,
+                       help="with --length-candidates: add this times each hypothesis's CTC log-likelihood per token "
+                            "(the model's CTC head) to its score (0 = none)")
 
 
 def decoding_options(args) -> DecodingOptions:
     """argparse namespace (see :func:`add_decoding_arguments`) -> DecodingOptions (ConfigError on bad values)."""
     return DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
                            lm_weight=args.lm_weight, length_candidates=args.length_candidates,
-                           count_prior=args.count_prior)
+                           count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight)

@@ -40,12 +40,13 @@ class Transcript:
 
 def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch.device, method: str = "greedy",
                        beam_size: int = 4, lm=None, lm_weight: float = 0.0, clock: FrameClock | None = None,
-                       length_candidates: int = 0, count_prior: float = 0.0) -> tuple[list[Transcript], float]:
+                       length_candidates: int = 0, count_prior: float = 0.0,
+                       ctc_score_weight: float = 0.0) -> tuple[list[Transcript], float]:
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``.
     ``length_candidates`` k > 0 (a Paraformer with the CIF): the token counts N +- 1..k are decoded too and the
-    best per token kept, less ``count_prior`` x its distance to the CIF's expected count
-    (``model.decode_length_candidates``).
+    best per token kept, less ``count_prior`` x its distance to the CIF's expected count and plus
+    ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``).
     With a ``clock`` (decode/timestamps.py) every token also gets its CIF times; only models with
     ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise. An utterance too short for the encoder's
     subsampling (fewer than ``MIN_INPUT_FRAMES`` frames, e.g. a 30 ms clip) gets an empty hypothesis."""
@@ -64,7 +65,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
         if clock is not None or length_candidates > 0:
             tokens, lengths, cif, scores = model.decode_scored(batch.features, batch.feat_mask,
                                                                beam_size if method == "beam" else 1, lm, lm_weight,
-                                                               length_candidates, count_prior)
+                                                               length_candidates, count_prior, ctc_score_weight)
             if clock is not None:
                 times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations,
                                             clock)  # 2 x [B, N]

@@ -9,11 +9,13 @@ a validation set is noise, and a near-tie should not buy a more specific setting
 ``decode`` section:
 
     greedy, one pass                                   (no length candidates)
-    greedy       + length candidates, count prior p    for p in COUNT_PRIORS
-    beam + LM w  + length candidates, count prior p    for w in LM_WEIGHTS, p in COUNT_PRIORS
+    greedy       + length candidates, count prior p    for p in COUNT_PRIORS, CTC score c
+    beam + LM w  + length candidates, count prior p    for w in LM_WEIGHTS, p in COUNT_PRIORS, CTC score c
 
-with the section's ``beam_size``, ``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates``
-(DEFAULT_SPREAD when 0). Scores on the validation set are then in-sample for the choice; report the test split.
+with c = 0, and c in CTC_SCORE_WEIGHTS too for a model with a CTC head (its log-likelihood of each hypothesis, per
+token, added to the candidates' scores), all with c = 0 first; with the section's ``beam_size``, ``lm_order``
+(DEFAULT_LM_ORDER when it has none) and ``length_candidates`` (DEFAULT_SPREAD when 0). Scores on the validation set
+are then in-sample for the choice; report the test split.
 """
 
 from __future__ import annotations
@@ -33,20 +35,26 @@ from paraformer_asr.training.evaluation import evaluate
 
 LM_WEIGHTS = (0.3, 1.0)
 COUNT_PRIORS = (0.0, 0.3, 1.0)
+CTC_SCORE_WEIGHTS = (0.5,)
 DEFAULT_LM_ORDER = 6
 DEFAULT_SPREAD = 3
 TIE_TOLERANCE = 0.001  # CER, absolute: 0.1 points
 
 
-def decoding_grid(section: DecodeConfig) -> list[DecodeConfig]:
-    """The settings tried, simplest first (see the module docstring); ``tune`` stays as the section has it."""
+def decoding_grid(section: DecodeConfig, ctc_head: bool = False) -> list[DecodeConfig]:
+    """The settings tried, simplest first (see the module docstring), with CTC scores for a model with a
+    ``ctc_head``; ``tune`` stays as the section has it."""
     spread = section.length_candidates or DEFAULT_SPREAD
     order = section.lm_order or DEFAULT_LM_ORDER
-    plain = dataclasses.replace(section, method="greedy", lm_order=0, length_candidates=0, count_prior=0.0)
+    ctc_weights = (0.0, *CTC_SCORE_WEIGHTS) if ctc_head else (0.0,)
+    plain = dataclasses.replace(section, method="greedy", lm_order=0, length_candidates=0, count_prior=0.0,
+                                ctc_score_weight=0.0)
     grid = [plain]
-    grid += [dataclasses.replace(plain, length_candidates=spread, count_prior=prior) for prior in COUNT_PRIORS]
+    grid += [dataclasses.replace(plain, length_candidates=spread, count_prior=prior, ctc_score_weight=ctc)
+             for ctc in ctc_weights for prior in COUNT_PRIORS]
     grid += [dataclasses.replace(section, method="beam", lm_order=order, lm_weight=weight, length_candidates=spread,
-                                 count_prior=prior) for weight in LM_WEIGHTS for prior in COUNT_PRIORS]
+                                 count_prior=prior, ctc_score_weight=ctc)
+             for ctc in ctc_weights for weight in LM_WEIGHTS for prior in COUNT_PRIORS]
     return grid
 
 
@@ -54,7 +62,7 @@ def tune_decoding(loaded, loader, device: torch.device) -> tuple[DecodeConfig, l
     """Decode ``loader`` (the validation set) with every setting of :func:`decoding_grid` around
     ``loaded.cfg.decode`` -> (the chosen setting (:func:`choose`), one row per setting: its fields plus cer, wer and
     chosen)."""
-    grid = decoding_grid(loaded.cfg.decode)
+    grid = decoding_grid(loaded.cfg.decode, ctc_head=loaded.cfg.model.ctc_weight > 0)
     lms = {order: build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, order)
            for order in {setting.lm_order for setting in grid if setting.lm_order > 0}}
     rows = []
@@ -63,7 +71,8 @@ def tune_decoding(loaded, loader, device: torch.device) -> tuple[DecodeConfig, l
             lm = lms.get(setting.lm_order)
             scores, _, _ = evaluate(loaded.model, loader, loaded.tokenizer, device, setting.method, setting.beam_size,
                                     lm, setting.lm_weight if lm is not None else 0.0,
-                                    length_candidates=setting.length_candidates, count_prior=setting.count_prior)
+                                    length_candidates=setting.length_candidates, count_prior=setting.count_prior,
+                                    ctc_score_weight=setting.ctc_score_weight)
             rows.append({**dataclasses.asdict(setting), "cer": scores["cer"], "wer": scores["wer"]})
     best = choose([row["cer"] for row in rows])
     for index, row in enumerate(rows):
@@ -99,12 +108,13 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64,
 
 def grid_table(rows: list[dict]) -> str:
     """The grid's rows as a Markdown table (the chosen one in bold)."""
-    lines = ["| decode | beam | LM order | LM weight | length candidates | count prior | CER | WER |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| decode | beam | LM order | LM weight | length candidates | count prior | CTC score | CER | WER |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         mark = "**" if row["chosen"] else ""
         lines.append(f"| {mark}{row['method']}{mark} | {row['beam_size'] if row['method'] == 'beam' else 1} | "
                      f"{row['lm_order']} | {row['lm_weight'] if row['lm_order'] else 0:g} | "
-                     f"{row['length_candidates']} | {row['count_prior']:g} | {100 * row['cer']:.2f} % | "
+                     f"{row['length_candidates']} | {row['count_prior']:g} | {row['ctc_score_weight']:g} | "
+                     f"{100 * row['cer']:.2f} % | "
                      f"{100 * row['wer']:.2f} % |")
     return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """The modules that are exported as ONNX graphs: each wraps part of a trained model with plain tensor inputs and
 outputs (names and shapes in docs/tensor_contracts.md, "Exported graphs").
 
-Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``. The predictor (the token extractor, ``model.predictor``) is
+Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``, plus ``ctc`` (the CTC head, for the CTC score of length
+candidates) for a CIF model trained with one. The predictor (the token extractor, ``model.predictor``) is
 its own graph: ``predictor_cif`` or ``predictor_ctc``, the entries of :data:`PREDICTOR_GRAPHS`, both taking
 (encoder_out, enc_mask) and giving token embeddings over a fixed number of slots with the token counts. AR baseline: ``encoder``,
 ``cross_kv`` (the cross-attention keys/values, projected once per utterance) and ``decoder_step`` (one token with
@@ -93,6 +94,17 @@ class CtcPredictorGraph(nn.Module):
 PREDICTOR_GRAPHS = {"cif": CifPredictorGraph, "ctc": CtcPredictorGraph}
 
 
+class CtcHeadGraph(nn.Module):
+    """encoder_out [B, T', D] -> log_probs [B, T', V] float32: the CTC head (the CTC score of length candidates)."""
+
+    def __init__(self, model: Paraformer):
+        super().__init__()
+        self.ctc = model.ctc
+
+    def forward(self, encoder_out: torch.Tensor) -> torch.Tensor:
+        return self.ctc(encoder_out)
+
+
 class NarDecoderGraph(nn.Module):
     """embeddings [B, N, D], token_mask [B, N] bool, encoder_out [B, T', D], enc_mask [B, T'] -> logits [B, N, V]."""
 
@@ -151,7 +163,8 @@ def _encoder_spec(model: nn.Module, input_dim: int) -> tuple[GraphSpec, torch.Te
 
 
 def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif") -> list[GraphSpec]:
-    """encoder, predictor_<predictor> (:data:`PREDICTOR_GRAPHS`) and decoder."""
+    """encoder, predictor_<predictor> (:data:`PREDICTOR_GRAPHS`), decoder, and ctc for a CIF model with a CTC
+    head."""
     encoder, encoder_out, enc_mask = _encoder_spec(model, input_dim)
     enc_axes = {"encoder_out": {0: BATCH, 1: ENC_FRAMES}, "enc_mask": {0: BATCH, 1: ENC_FRAMES}}
     graph = PREDICTOR_GRAPHS[predictor](model)
@@ -167,7 +180,11 @@ def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif")
     decoder = GraphSpec("decoder", NarDecoderGraph(model), (embeddings, token_mask, encoder_out, enc_mask),
                         {"embeddings": {0: BATCH, 1: TOKENS}, "token_mask": {0: BATCH, 1: TOKENS}, **enc_axes},
                         {"logits": {0: BATCH, 1: TOKENS}})
-    return [encoder, predictor_spec, decoder]
+    if predictor != "cif" or model.ctc is None:
+        return [encoder, predictor_spec, decoder]
+    ctc = GraphSpec("ctc", CtcHeadGraph(model), (encoder_out,), {"encoder_out": {0: BATCH, 1: ENC_FRAMES}},
+                    {"log_probs": per_frame})
+    return [encoder, predictor_spec, decoder, ctc]
 
 
 def ar_graphs(model: TransformerAR, input_dim: int) -> list[GraphSpec]:

@@ -31,6 +31,7 @@ from paraformer_asr.models.paraformer import ParaformerDecoding, TokenExtraction
 
 GRAPH_ROLES = {"paraformer": ("encoder", "predictor", "decoder"),
                "transformer_ar": ("encoder", "cross_kv", "decoder_step")}
+OPTIONAL_ROLES = {"paraformer": ("ctc",), "transformer_ar": ()}  # loaded when the sidecar names them
 CPU = torch.device("cpu")
 
 
@@ -109,6 +110,10 @@ class OnnxParaformer(ExportedModel, ParaformerDecoding):
         """-> (raw alphas [B, T'] in threshold units, the calibrated ones), as the PyTorch model's."""
         outputs = self._predict(encoder_out, enc_mask)
         return outputs["alphas"] / self.cfg.cif_threshold, outputs["integrated_alphas"]
+
+    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor | None:
+        """The ctc graph: encoder_out [B, T', D] -> log_probs [B, T', V]; None when the export has none."""
+        return self.graphs["ctc"](encoder_out=encoder_out)[0] if "ctc" in self.graphs else None
 
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:
@@ -256,9 +261,12 @@ def load_exported_model(folder: str | Path, num_threads: int | None = None) -> L
                               f"model.type {cfg.model.type!r}")
     threads = cfg.run.num_threads if num_threads is None else num_threads
     graphs = {}
-    for role in GRAPH_ROLES[sidecar["model_kind"]]:
+    if not isinstance(sidecar["graphs"], dict):
+        raise CheckpointError(f"{folder / SIDECAR}: 'graphs' must map graph names to files")
+    optional = [role for role in OPTIONAL_ROLES[sidecar["model_kind"]] if role in sidecar["graphs"]]
+    for role in (*GRAPH_ROLES[sidecar["model_kind"]], *optional):
         stem = f"predictor_{sidecar.get('predictor')}" if role == "predictor" else role  # the token extractor's graph
-        name = sidecar["graphs"].get(stem) if isinstance(sidecar["graphs"], dict) else None
+        name = sidecar["graphs"].get(stem)
         if not isinstance(name, str):
             raise CheckpointError(f"{folder / SIDECAR} names no '{stem}' graph")
         check_graph(folder / name, sidecar, stem)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from paraformer_asr.losses import ctc_loss
 
@@ -31,3 +32,18 @@ def optional_ctc_head(d_model: int, vocab_size: int, ctc_weight: float, blank_id
     if blank_id is None:
         raise ValueError("ctc_weight > 0 needs a tokenizer with a blank token")
     return CtcHead(d_model, vocab_size)
+
+
+def ctc_log_likelihood(log_probs: torch.Tensor, input_lengths: torch.Tensor, tokens: torch.Tensor,
+                       token_lengths: torch.Tensor, blank_id: int) -> torch.Tensor:
+    """log P_ctc(tokens | frames): the CTC forward algorithm's sum over every alignment of each token sequence.
+    log_probs [H, T, V], input_lengths [H], tokens [H, N] (past each length ignored), token_lengths [H] -> [H]
+    float; -inf for a sequence no alignment can produce (more frames needed than there are, or a blank among its
+    tokens)."""
+    positions = torch.arange(tokens.shape[1], device=tokens.device)  # [N]
+    valid = positions < token_lengths.unsqueeze(1)  # [H, N]
+    has_blank = ((tokens == blank_id) & valid).any(dim=1)  # [H]
+    targets = tokens.masked_fill(~valid | (tokens == blank_id), 0 if blank_id != 0 else 1)  # [H, N]
+    loss = F.ctc_loss(log_probs.float().transpose(0, 1), targets, input_lengths, token_lengths, blank=blank_id,
+                      reduction="none", zero_infinity=False)  # [H]
+    return (-loss).masked_fill(has_blank, float("-inf"))

@@ -21,7 +21,7 @@ from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
 from paraformer_asr.models.cif import (CifOutput, CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count,
                                        scale_to_counts)
-from paraformer_asr.models.ctc import optional_ctc_head
+from paraformer_asr.models.ctc import ctc_log_likelihood, optional_ctc_head
 from paraformer_asr.models.ctc_extractor import CtcExtraction, CtcTokenExtractor
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
@@ -48,7 +48,8 @@ class ParaformerDecoding:
     using it offers ``forward(features, feat_mask) -> (logits [B, N, V], extraction)`` (the inference pass),
     ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas, calibrated alphas)`` ([B, T'] each, threshold units) and
     ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
-    alone, for length candidates), ``cfg`` (its ModelConfig) and ``pad_id``."""
+    alone, for length candidates), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's, for the
+    CTC score of length candidates), ``cfg`` (its ModelConfig), ``pad_id`` and ``blank_id``."""
 
     gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
 
@@ -71,27 +72,29 @@ class ParaformerDecoding:
 
     @torch.no_grad()
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                       lm_weight: float = 0.0, length_candidates: int = 0,
-                       count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
+                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
+                       ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
         """The best hypothesis and the extraction it came from (for :meth:`token_spans`): :meth:`decode_scored`
         without the scores. -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
-        return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior)[:3]
+        return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
+                                  ctc_score_weight)[:3]
 
     @torch.no_grad()
     def decode_scored(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                      lm_weight: float = 0.0, length_candidates: int = 0,
-                      count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction, torch.Tensor]:
+                      lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
+                      ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
+                                                              torch.Tensor]:
         """The best hypothesis, the extraction it came from, and its score per token.
 
         beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam. ``length_candidates`` k > 0:
-        :meth:`decode_length_candidates` with spread k and ``count_prior``. The score is the hypothesis's decoder
-        log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at least 1), less the
-        count prior's term with candidates: what the length candidates are chosen by, and what long-form decoding
-        compares when it judges a pause (decode/longform.py).
+        :meth:`decode_length_candidates` with spread k, ``count_prior`` and ``ctc_score_weight``. The score is the
+        hypothesis's decoder log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at
+        least 1), with candidates less the count prior's term and plus the CTC term: what the length candidates are
+        chosen by, and what long-form decoding compares when it judges a pause (decode/longform.py).
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
         if length_candidates > 0:
             return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
-                                                 count_prior)
+                                                 count_prior, ctc_score_weight)
         log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None:
             best, tokens = log_probs.max(dim=-1)  # [B, N] each
@@ -104,28 +107,36 @@ class ParaformerDecoding:
 
     @torch.no_grad()
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
-                                 beam_size: int = 1, lm=None, lm_weight: float = 0.0,
-                                 count_prior: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput,
-                                                                    torch.Tensor]:
+                                 beam_size: int = 1, lm=None, lm_weight: float = 0.0, count_prior: float = 0.0,
+                                 ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput,
+                                                                         torch.Tensor]:
         """Length candidates (CIF only): the CIF's own count N and N +- 1..``spread`` (:func:`candidate_counts`)
-        are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training;
-        per utterance the candidate whose best hypothesis has the highest score per token wins (decoder log-prob,
-        plus ``lm_weight`` x the LM's sentence log-prob with an ``lm``), less ``count_prior`` x the candidate's
-        distance to the CIF's own expected count (the sum of its calibrated alphas). A count one off spells a word
-        with a letter too many or too few; the candidates let the decoder's and the LM's confidence pick the count
-        instead, and the prior says how far to trust the CIF over them (data where it counts well want a prior).
+        are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training.
+        Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
+        x the LM's sentence log-prob with an ``lm``, plus ``ctc_score_weight`` x its CTC log-likelihood over the
+        encoder frames (:func:`ctc_log_likelihood`; models with a CTC head), all divided by its token count; less
+        ``count_prior`` x the candidate's distance to the CIF's own expected count (the sum of its calibrated
+        alphas). The best per utterance wins. A count one off spells a word with a letter too many or too few: the
+        candidates let the decoder's, the LM's and the CTC head's confidence pick the count instead, and the prior
+        says how far to trust the CIF over them (data where it counts well want a prior). The CTC head scores every
+        frame of the utterance, so it tells a doubled or dropped letter from a right one where the decoder, which
+        sees the candidate's count as given, cannot.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' CifOutput; their
-        scores per token [B], the prior's term included)."""
+        scores per token [B], the prior's and the CTC's terms included)."""
         if self.cfg.predictor != "cif":
             raise ValueError(f"length candidates need the CIF predictor, not {self.cfg.predictor!r}")
         if spread < 1:
             raise ValueError(f"length candidates need a spread >= 1, got {spread}")
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        ctc_log_probs = self.ctc_log_probs(encoder_out) if ctc_score_weight > 0 else None  # [B, T', V]
+        if ctc_score_weight > 0 and ctc_log_probs is None:
+            raise ValueError("a CTC score needs a model trained with a CTC head (model.ctc_weight > 0)")
         alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
         counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
         candidates = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias)  # [B, K]
         batch, width = candidates.shape
         expected = calibrated.sum(dim=1).repeat_interleave(width)  # [B*K] the CIF's own expected count
+        frames = enc_mask.sum(dim=1)  # [B]
         encoder_out = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
         enc_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
         alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
@@ -139,11 +150,22 @@ class ParaformerDecoding:
         logits = self.decode_queries(embeddings, token_mask, encoder_out, enc_mask)  # [B*K, N, V]
         log_probs, extraction = self._log_posteriors(logits, extraction)
         beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B*K, beam, N]
-        per_token = scores[:, 0] / extraction.num_tokens.clamp(min=1)  # [B*K]
-        per_token = per_token - count_prior * (num_tokens.to(per_token.dtype) - expected).abs()
-        rows = torch.arange(batch, device=per_token.device) * width + per_token.view(batch, width).argmax(dim=1)
-        chosen = extraction.select(rows)
-        return beams[rows, 0, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen, per_token[rows]
+        hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
+        lengths = extraction.num_tokens.repeat_interleave(beams.shape[1])  # [B*K*beam]
+        per_token = scores.flatten() / lengths.clamp(min=1)  # [B*K*beam]
+        per_token = per_token - count_prior * (lengths - expected.repeat_interleave(beams.shape[1])).abs()
+        if ctc_log_probs is not None:
+            ctc = ctc_log_likelihood(ctc_log_probs.repeat_interleave(hypotheses, dim=0),
+                                     frames.repeat_interleave(hypotheses),
+                                     beams.flatten(0, 1), lengths, self.blank_id)  # [B*K*beam]
+            with_ctc = (per_token + ctc_score_weight * ctc / lengths.clamp(min=1)).view(batch, hypotheses)
+            # an utterance where no hypothesis has a CTC alignment (too few frames) is left to the other scores
+            per_token = torch.where(with_ctc.isfinite().any(dim=1, keepdim=True), with_ctc,
+                                    per_token.view(batch, hypotheses)).flatten()
+        best = per_token.view(batch, hypotheses).argmax(dim=1)  # [B]
+        rows = torch.arange(batch, device=best.device) * hypotheses + best  # [B] into [B*K*beam]
+        chosen = extraction.select(rows // beams.shape[1])
+        return beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen, per_token[rows]
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,6 +235,10 @@ class Paraformer(ParaformerDecoding, nn.Module):
         ``alpha_scale`` calibration: what inference integrates); ``cif`` only."""
         alphas = self.predictor.predict_alphas(encoder_out.float(), enc_mask) / self.predictor.threshold  # [B, T']
         return alphas, alphas * self.predictor.alpha_scale
+
+    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor | None:
+        """encoder_out [B, T', D] -> the CTC head's log-probs [B, T', V], or None without a CTC head."""
+        return self.ctc(encoder_out) if self.ctc is not None else None
 
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:
