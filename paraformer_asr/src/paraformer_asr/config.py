@@ -27,6 +27,7 @@ SUBSAMPLING_FACTORS = {"none": 1, "2x": 2, "4x": 4}
 MIN_INPUT_FRAMES = {1: 1, 2: 3, 4: 7}
 MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
+CTC_NORMALIZATIONS = ("token", "utterance")
 PREDICTORS = ("cif", "ctc")
 DECODE_METHODS = ("greedy", "beam")
 
@@ -108,6 +109,8 @@ class ModelConfig:
     ctc_weight: float = 0.0
     # add: ce + ctc_weight * ctc; interpolate: (1 - ctc_weight) * ce + ctc_weight * ctc (FunASR's); both model types
     ctc_combination: str = field(default="add", metadata=_choices(*CTC_COMBINATIONS))
+    # token: the CTC loss summed over the batch divided by its target tokens; utterance: by its utterances (FunASR's)
+    ctc_normalization: str = field(default="token", metadata=_choices(*CTC_NORMALIZATIONS))
     # false: CE mean per token, quantity loss mean per utterance; true: both divided by the target tokens (FunASR's)
     length_normalized_loss: bool = False
     # Paraformer token extraction: cif (integrate-and-fire) or ctc (the CTC path, Paraformer-v2; needs ctc_weight > 0)
@@ -137,6 +140,8 @@ class TrainConfig:
     plot_utterances: int = 3
     keep_best: int = 1  # N > 1: also keep checkpoints/best_epoch{E}.pt of the N best epochs by validation CER
     calibrate_cif: bool = True  # Paraformer: refit the CIF's inference alpha scale on the validation set each epoch
+    # the first N optimiser steps weight the decoder's loss 0: the CTC head (and the CIF's quantity loss) train first
+    ctc_warmup_steps: int = 0
 
 
 @dataclass
@@ -277,6 +282,9 @@ def validate(cfg: Config) -> Config:
     _require(0 <= model.label_smoothing < 1, "model.label_smoothing", "in [0, 1)", model.label_smoothing)
     _require(model.quantity_weight >= 0, "model.quantity_weight", ">= 0", model.quantity_weight)
     _require(model.ctc_weight >= 0, "model.ctc_weight", ">= 0", model.ctc_weight)
+    _require(cfg.train.ctc_warmup_steps >= 0, "train.ctc_warmup_steps", ">= 0", cfg.train.ctc_warmup_steps)
+    _require(cfg.train.ctc_warmup_steps == 0 or model.ctc_weight > 0, "train.ctc_warmup_steps",
+             "0 unless the model has a CTC head (model.ctc_weight > 0)", cfg.train.ctc_warmup_steps)
     if model.ctc_combination == "interpolate":
         _require(model.ctc_weight < 1, "model.ctc_weight", "< 1 with model.ctc_combination 'interpolate' (the decoder "
                  "loss would get no weight)", model.ctc_weight)

@@ -49,8 +49,9 @@ def hybrid_loss_weights(ctc_weight: float, combination: str) -> tuple[float, flo
 
 
 def ctc_loss(log_probs: torch.Tensor, input_lengths: torch.Tensor, targets: torch.Tensor,
-             target_lengths: torch.Tensor, blank_id: int) -> torch.Tensor:
-    """CTC averaged over target tokens. log_probs [B, T, V], input_lengths [B], targets [B, S], target_lengths [B].
+             target_lengths: torch.Tensor, blank_id: int, normalization: str = "token") -> torch.Tensor:
+    """CTC summed over the batch and divided by its target tokens (``normalization`` 'token') or by its utterances
+    ('utterance'). log_probs [B, T, V], input_lengths [B], targets [B, S], target_lengths [B].
 
     Utterances whose target cannot fit in the encoder frames give an infinite loss; those are
     zeroed (``zero_infinity``) instead of turning the whole batch into NaN.
@@ -59,4 +60,8 @@ def ctc_loss(log_probs: torch.Tensor, input_lengths: torch.Tensor, targets: torc
     assert_shape(targets, "B,S", "ctc targets", dims)
     loss = F.ctc_loss(log_probs.transpose(0, 1), targets, input_lengths, target_lengths, blank=blank_id,
                       reduction="sum", zero_infinity=True)
+    if normalization == "utterance":
+        return loss / max(targets.shape[0], 1)
+    if normalization != "token":
+        raise ValueError(f"ctc normalization must be 'token' or 'utterance', got {normalization!r}")
     return loss / target_lengths.sum().clamp(min=1)

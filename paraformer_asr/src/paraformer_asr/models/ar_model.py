@@ -181,18 +181,20 @@ class TransformerAR(ArDecoding, nn.Module):
         decoder_in, _, mask = self.teacher_forcing_io(tokens, token_lengths)  # [B, S+1], [B, S+1]
         return self.decoder(decoder_in, mask, encoder_out, enc_mask)  # [B, S+1, V]
 
-    def compute_loss(self, batch: Batch) -> LossOutput:
+    def compute_loss(self, batch: Batch, decoder_scale: float = 1.0) -> LossOutput:
         """Label-smoothed CE over the valid targets (eos included), a mean per target token, combined with the
-        CTC loss on the encoder by ``model.ctc_combination`` (see ``hybrid_loss_weights``)."""
+        CTC loss on the encoder by ``model.ctc_combination`` (see ``hybrid_loss_weights``); ``decoder_scale``
+        multiplies the CE's weight (0 during ``train.ctc_warmup_steps``)."""
         encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
         decoder_in, targets, mask = self.teacher_forcing_io(batch.tokens, batch.token_lengths)  # 3 x [B, S+1]
         logits = self.decoder(decoder_in, mask, encoder_out, enc_mask)  # [B, S+1, V]
         ce = label_smoothed_cross_entropy(logits, targets, mask, self.cfg.label_smoothing)  # scalar
         decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
                                                          self.cfg.ctc_combination)
-        total, terms = decoder_weight * ce, {"ce": ce.detach()}
+        total, terms = decoder_scale * decoder_weight * ce, {"ce": ce.detach()}
         if self.ctc is not None:
-            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id)  # scalar
+            ctc = self.ctc.loss(encoder_out, enc_mask, batch.tokens, batch.token_lengths, self.blank_id,
+                                self.cfg.ctc_normalization)  # scalar
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=None)

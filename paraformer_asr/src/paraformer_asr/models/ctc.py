@@ -20,9 +20,10 @@ class CtcHead(nn.Module):
         return torch.log_softmax(self.proj(encoder_out).float(), dim=-1)
 
     def loss(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, tokens: torch.Tensor,
-             token_lengths: torch.Tensor, blank_id: int) -> torch.Tensor:
-        """encoder_out [B, T, D], enc_mask [B, T] bool, tokens [B, S], token_lengths [B] -> scalar CTC loss."""
-        return ctc_loss(self(encoder_out), enc_mask.sum(1), tokens, token_lengths, blank_id)
+             token_lengths: torch.Tensor, blank_id: int, normalization: str = "token") -> torch.Tensor:
+        """encoder_out [B, T, D], enc_mask [B, T] bool, tokens [B, S], token_lengths [B] -> scalar CTC loss
+        (:func:`ctc_loss`, per target token or per utterance)."""
+        return ctc_loss(self(encoder_out), enc_mask.sum(1), tokens, token_lengths, blank_id, normalization)
 
 
 def optional_ctc_head(d_model: int, vocab_size: int, ctc_weight: float, blank_id: int | None) -> CtcHead | None:

@@ -1,6 +1,7 @@
 """What every model of the package offers the training loop, the decoders and the scripts.
 
-    compute_loss(batch) -> LossOutput
+    compute_loss(batch, decoder_scale=1.0) -> LossOutput (decoder_scale weights the decoder's loss: 0 in a CTC
+        warm-up)
     greedy_decode(features, feat_mask) -> (tokens [B, T_out] long, lengths [B] long)
     beam_search(features, feat_mask, beam_size, lm=None, lm_weight=0.0)
         -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a TokenNgramLM

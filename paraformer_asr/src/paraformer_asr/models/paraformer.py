@@ -276,9 +276,11 @@ class Paraformer(ParaformerDecoding, nn.Module):
         logits = self.decoder(extraction.embeddings, extraction.token_mask, encoder_out, enc_mask)  # [B, N, V]
         return logits, extraction
 
-    def compute_loss(self, batch: Batch) -> LossOutput:
+    def compute_loss(self, batch: Batch, decoder_scale: float = 1.0) -> LossOutput:
         """Label-smoothed CE over the valid target positions (a mean per token), quantity_weight x the
-        quantity loss (``cif`` only), plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py."""
+        quantity loss (``cif`` only), plus CTC combined by ``model.ctc_combination``; see losses/seq_losses.py.
+        ``decoder_scale`` multiplies the CE's weight (0 during ``train.ctc_warmup_steps``; the graph stays whole, so
+        every parameter still gets a gradient, zero for the decoder's)."""
         encoder_out, enc_mask = self.encode(batch.features, batch.feat_mask)  # [B, T', D], [B, T']
         targets, target_lengths = self.decoder_targets(batch.tokens, batch.token_lengths)  # [B, N], [B]
         extraction, ctc_log_probs = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)
@@ -295,14 +297,15 @@ class Paraformer(ParaformerDecoding, nn.Module):
         ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)  # scalar
         decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
                                                          self.cfg.ctc_combination)
-        total = decoder_weight * ce  # scalar
+        total = decoder_scale * decoder_weight * ce  # scalar
         terms = {"ce": ce.detach()}
         if isinstance(extraction, CifOutput):
             quantity = quantity_loss(extraction.alpha_sum, target_lengths, self.cfg.length_normalized_loss)  # scalar
             total = total + self.cfg.quantity_weight * quantity
             terms["quantity"] = quantity.detach()
         if ctc_log_probs is not None:
-            ctc = ctc_loss(ctc_log_probs, enc_mask.sum(1), batch.tokens, batch.token_lengths, self.blank_id)  # scalar
+            ctc = ctc_loss(ctc_log_probs, enc_mask.sum(1), batch.tokens, batch.token_lengths, self.blank_id,
+                           self.cfg.ctc_normalization)  # scalar
             total = total + ctc_weight * ctc
             terms["ctc"] = ctc.detach()
         return LossOutput(total=total, terms=terms, logits=logits, cif=extraction)

@@ -114,14 +114,14 @@ class StopFlag:
 
 class LossModule(torch.nn.Module):
     """Wraps a model so that its ``compute_loss`` runs through ``forward`` (what DistributedDataParallel
-    needs to synchronise gradients). forward(batch) -> (total loss, dict of detached loss terms)."""
+    needs to synchronise gradients). forward(batch, decoder_scale) -> (total loss, dict of detached loss terms)."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, batch) -> tuple[torch.Tensor, dict]:
-        out = self.model.compute_loss(batch)
+    def forward(self, batch, decoder_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
+        out = self.model.compute_loss(batch, decoder_scale)
         return out.total, out.terms
 
 
@@ -309,7 +309,9 @@ class Trainer:
         train_cfg, progress, sums = self.cfg.train, self.progress, self.progress.sums
         batch = batch.to(self.device)
         with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype, enabled=self.use_autocast):
-            total, terms = self.loss_module(batch)
+            # the decoder's loss waits for the CTC warm-up (train.ctc_warmup_steps) to end
+            decoder_scale = 0.0 if progress.global_step < train_cfg.ctc_warmup_steps else 1.0
+            total, terms = self.loss_module(batch, decoder_scale)
         loss = total.float()
         finite = bool(torch.isfinite(loss.detach()))
         if self.ctx.enabled:
