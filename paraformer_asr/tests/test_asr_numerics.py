@@ -1,5 +1,6 @@
-"""Loss and CIF numerics: fp32 predictor under autocast, length-normalised losses, the CTC combination and the
-end-of-sentence fire (model.predictor_bias); each switch trains (gradients, overfitting one batch)."""
+"""Loss and CIF numerics: fp32 predictor under autocast, length-normalised losses, the CTC combination, its
+normalisation and warm-up, and the end-of-sentence fire (model.predictor_bias); each switch trains (gradients,
+overfitting one batch)."""
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.losses import hybrid_loss_weights, quantity_loss
+from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, quantity_loss
 from paraformer_asr.models.cif import CifPredictor
 from paraformer_asr.models.factory import build_model
 
@@ -95,6 +96,58 @@ def test_total_loss_follows_the_ctc_combination(model_type, combination):
     if model_type == "paraformer":
         expected = expected + cfg.model.quantity_weight * out.terms["quantity"]
     assert torch.allclose(out.total.detach(), expected)
+
+
+def test_ctc_normalisation_divides_the_summed_loss_by_tokens_or_utterances():
+    generator = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(3, 12, 5, generator=generator).log_softmax(dim=-1)  # [B, T, V]
+    targets = torch.tensor([[1, 2, 3], [2, 2, 0], [4, 0, 0]])
+    lengths, frames = torch.tensor([3, 2, 1]), torch.tensor([12, 10, 8])
+    summed = torch.nn.functional.ctc_loss(log_probs.transpose(0, 1), targets, frames, lengths, blank=0,
+                                          reduction="sum")
+    assert torch.allclose(ctc_loss(log_probs, frames, targets, lengths, 0), summed / 6)
+    assert torch.allclose(ctc_loss(log_probs, frames, targets, lengths, 0, "utterance"), summed / 3)
+    with pytest.raises(ValueError, match="normalization"):
+        ctc_loss(log_probs, frames, targets, lengths, 0, "frame")
+    with pytest.raises(ConfigError, match="model.ctc_normalization"):
+        config_from_dict({**tiny_raw_config(), "model": {"ctc_normalization": "frame"}})
+
+
+@pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
+def test_a_ctc_warm_up_leaves_the_decoder_loss_out_but_keeps_every_gradient(model_type):
+    """decoder_scale 0 (train.ctc_warmup_steps): the total is the CTC (and quantity) terms alone, the decoder's
+    parameters get zero gradients (present, so DistributedDataParallel sees every parameter used), the encoder's
+    non-zero ones."""
+    cfg, _, model, batch = _model({"ctc_weight": 0.3}, model_type)  # glancing on: the token embeddings take part
+    out = model.compute_loss(batch, decoder_scale=0.0)
+    expected = 0.3 * out.terms["ctc"]
+    if model_type == "paraformer":
+        expected = expected + cfg.model.quantity_weight * out.terms["quantity"]
+    assert torch.allclose(out.total.detach(), expected) and float(out.terms["ce"]) > 0
+    out.total.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    assert all(float(p.grad.abs().max()) == 0.0 for p in model.decoder.parameters())
+    assert any(float(p.grad.abs().max()) > 0.0 for p in model.encoder.parameters())
+    with pytest.raises(ConfigError, match="train.ctc_warmup_steps"):
+        config_from_dict({**tiny_raw_config(), "train": {"ctc_warmup_steps": 5}})  # no CTC head
+
+
+def test_the_training_loop_warms_up_the_ctc_for_the_configured_steps(tmp_path, monkeypatch):
+    from paraformer_asr.training import loop
+
+    scales = []
+    forward = loop.LossModule.forward
+
+    def recording(self, batch, decoder_scale=1.0):
+        scales.append(decoder_scale)
+        return forward(self, batch, decoder_scale)
+
+    monkeypatch.setattr(loop.LossModule, "forward", recording)
+    raw = tiny_raw_config(str(tmp_path))
+    raw["model"]["ctc_weight"] = 0.3
+    raw["train"].update(epochs=1, ctc_warmup_steps=2)
+    loop.train(config_from_dict(raw))
+    assert scales == [0.0, 0.0] + [1.0] * (len(scales) - 2) and len(scales) == 6  # 96 utterances, batches of 16
 
 
 def test_length_normalised_quantity_term_divides_by_target_tokens():
