@@ -159,6 +159,25 @@ def test_length_candidates_with_beam_lm_and_ctc_do_not_depend_on_the_batch():
         assert float(one_score[0]) == pytest.approx(float(scores[row]), abs=1e-4)
 
 
+def test_no_search_puts_an_eos_inside_a_hypothesis():
+    """The ids a Paraformer never outputs (padding, <eos>, the blank) are ruled out at every position, even where the
+    decoder favours them and an LM that ends sentences early is fused: a hypothesis's text would end at an <eos>
+    (found on two commands read in one window: the LM ended the sentence after the first)."""
+    model, batch, data = _tiny_paraformer(ctc_weight=0.3)
+    with torch.no_grad():
+        model.decoder.output.bias[[model.eos_id, model.pad_id, model.blank_id]] = 50.0
+    assert sorted(model.never_emitted) == sorted([model.pad_id, model.eos_id, model.blank_id])
+    lm = build_token_lm(["a", "b", "c"], data.tokenizer, order=2)  # one-letter sentences: <eos> after every token
+    results = [model.greedy_decode(batch.features, batch.feat_mask),
+               model.beam_search(batch.features, batch.feat_mask, 3, lm=lm, lm_weight=5.0)[::2],
+               model.decode_length_candidates(batch.features, batch.feat_mask, 1, 3, lm, 5.0, 0.0, 0.5)[:2]]
+    for tokens, lengths in results:
+        kept = tokens.flatten(0, tokens.dim() - 2)[:, :int(lengths.max())]  # [rows, N]
+        assert int(lengths.min()) > 0 and not any(token in model.never_emitted for token in
+                                                  kept[kept != model.pad_id].tolist())
+        assert data.tokenizer.until_eos(tokens.flatten().tolist()) == tokens.flatten().tolist()
+
+
 def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
     model, batch, _ = _tiny_paraformer()
     with pytest.raises(ValueError, match="spread"):

@@ -49,7 +49,7 @@ class ParaformerDecoding:
     ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas, calibrated alphas)`` ([B, T'] each, threshold units) and
     ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
     alone, for length candidates), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's, for the
-    CTC score of length candidates), ``cfg`` (its ModelConfig), ``pad_id`` and ``blank_id``."""
+    CTC score of length candidates), ``cfg`` (its ModelConfig), ``pad_id``, ``eos_id`` and ``blank_id``."""
 
     gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
 
@@ -59,15 +59,23 @@ class ParaformerDecoding:
         the tail rule, or from the merged CTC path)."""
         return self._log_posteriors(*self.forward(features, feat_mask))
 
+    @property
+    def never_emitted(self) -> list[int]:
+        """The ids no output position may hold: padding, <eos> (a Paraformer's sentence ends at its token count, and
+        with ``predictor_bias`` 1 the <eos> position is dropped) and the CTC blank."""
+        return [self.pad_id, self.eos_id] + ([self.blank_id] if self.blank_id is not None else [])
+
     def _log_posteriors(self, logits: torch.Tensor, extraction: TokenExtraction) -> tuple[torch.Tensor,
                                                                                           TokenExtraction]:
-        """logits [B, N, V] -> log_probs. With ``model.predictor_bias`` 1 the last fired token (<eos>) is decoded
-        with the others, then dropped from both."""
+        """logits [B, N, V] -> log_probs, -inf for the ids in :attr:`never_emitted` (so that no search, the LM's
+        included, can put an <eos> inside a hypothesis: its text would end there). With ``model.predictor_bias`` 1
+        the last fired token (<eos>) is decoded with the others, then dropped from both."""
         if self.cfg.predictor_bias == 1:
             extraction = extraction.without_last_token()
             logits = logits[:, :extraction.token_mask.shape[1]]  # [B, N - 1, V]
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, N, V]
         check_finite(log_probs, "decoder log_probs")
+        log_probs[..., self.never_emitted] = float("-inf")
         return log_probs, extraction
 
     @torch.no_grad()
