@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -124,3 +126,30 @@ def loop_extended_ends(starts: list[float], ends: list[float], speech: list[bool
         limit = starts[k + 1] if k + 1 < len(starts) else duration_ms
         out.append(max(end, min(run_end, limit)))
     return out
+
+
+def loop_ctc_log_likelihood(log_probs: torch.Tensor, tokens: list[int], blank: int) -> float:
+    """The CTC forward algorithm written out for one sequence: log_probs [T, V] -> log P(tokens), -inf when no
+    alignment exists (a blank among the tokens included)."""
+    if blank in tokens:
+        return float("-inf")
+    labels = [blank]
+    for token in tokens:
+        labels += [token, blank]
+    alpha = [float("-inf")] * len(labels)
+    alpha[0] = float(log_probs[0, blank])
+    if len(labels) > 1:
+        alpha[1] = float(log_probs[0, labels[1]])
+    for t in range(1, log_probs.shape[0]):
+        previous = alpha
+        alpha = []
+        for s, label in enumerate(labels):
+            terms = [previous[s]] + ([previous[s - 1]] if s >= 1 else [])
+            if s >= 2 and label != blank and label != labels[s - 2]:
+                terms.append(previous[s - 2])
+            top = max(terms)
+            total = top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in terms))
+            alpha.append(total + float(log_probs[t, label]))
+    ends = alpha[-2:] if len(labels) > 1 else alpha[-1:]
+    top = max(ends)
+    return top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in ends))

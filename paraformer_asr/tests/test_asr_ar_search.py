@@ -15,6 +15,7 @@ from paraformer_asr.decode.ngram_lm import TokenNgramLM
 from paraformer_asr.models.factory import build_model
 
 from asr_helpers import overfit, tiny_raw_config
+from asr_reference import loop_ctc_log_likelihood
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 4, 5  # scripted vocabulary of 6 ids (3 = unk)
 
@@ -187,3 +188,41 @@ def test_early_weak_endings_do_not_stop_the_search_before_the_best_hypothesis_en
     assert torch.allclose(scores[0, 0], torch.tensor(4 * math.log(0.9) / 4), atol=1e-5)
     greedy, greedy_lengths = ar_greedy_search(model, encoder_out, enc_mask)
     assert greedy.tolist() == [[A, A, A]] and greedy_lengths.tolist() == [3]
+
+
+def test_the_ctc_head_ranks_the_beams_again_by_the_documented_formula():
+    """ctc_score_weight w: each finished beam's score + w x its CTC log-likelihood per token (the forward algorithm
+    written out, asr_reference.py), best first; the tokens follow their scores."""
+    raw = tiny_raw_config()
+    raw["model"].update({"type": "transformer_ar", "dropout": 0.0, "ctc_weight": 0.3})
+    cfg = config_from_dict(raw)
+    data = build_data(cfg)
+    torch.manual_seed(3)
+    model = build_model(cfg, data.input_dim, data.tokenizer)
+    batch = Collator(data.tokenizer.pad_id)([data.train[i] for i in range(5)])
+    overfit(model, batch, steps=30)
+    model.eval()
+    with torch.no_grad():
+        tokens, scores, lengths = model.beam_search(batch.features, batch.feat_mask, 3)
+        again, again_scores, again_lengths = model.beam_search(batch.features, batch.feat_mask, 3,
+                                                               ctc_score_weight=0.5)
+        encoder_out, enc_mask = model.encode(batch.features, batch.feat_mask)
+        ctc_log_probs = model.ctc(encoder_out)
+    for b in range(tokens.shape[0]):
+        frames = int(enc_mask[b].sum())
+        expected = []
+        for k in range(tokens.shape[1]):
+            if not math.isfinite(float(scores[b, k])):
+                continue
+            hypothesis = tokens[b, k, :lengths[b, k]].tolist()
+            ctc = loop_ctc_log_likelihood(ctc_log_probs[b, :frames], hypothesis, model.blank_id)
+            expected.append((float(scores[b, k]) + 0.5 * ctc / max(len(hypothesis), 1), hypothesis))
+        expected.sort(key=lambda pair: -pair[0])
+        got = [(float(again_scores[b, k]), again[b, k, :again_lengths[b, k]].tolist())
+               for k in range(len(expected))]
+        assert [hypothesis for _, hypothesis in got] == [hypothesis for _, hypothesis in expected]
+        assert [score for score, _ in got] == pytest.approx([score for score, _ in expected], abs=1e-4)
+    with pytest.raises(ValueError, match="CTC head"):
+        ar_model = build_model(config_from_dict({**tiny_raw_config(), "model": {"type": "transformer_ar"}}),
+                               data.input_dim, data.tokenizer).eval()
+        ar_model.beam_search(batch.features, batch.feat_mask, 2, ctc_score_weight=0.5)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from asr_helpers import load_script, tiny_raw_config
+from asr_reference import loop_ctc_log_likelihood
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
@@ -40,33 +41,6 @@ def test_candidate_counts_spread_around_the_count_and_never_below_the_minimum():
     counts = torch.tensor([0, 1, 5])
     assert candidate_counts(counts, 2).tolist() == [[0, 0, 0, 0, 0], [1, 1, 1, 2, 3], [3, 4, 5, 6, 7]]
     assert candidate_counts(counts, 1, minimum=2).tolist() == [[0, 0, 0], [1, 1, 1], [4, 5, 6]]
-
-
-def loop_ctc_log_likelihood(log_probs: torch.Tensor, tokens: list[int], blank: int) -> float:
-    """The CTC forward algorithm written out for one sequence: log_probs [T, V] -> log P(tokens), -inf when no
-    alignment exists (a blank among the tokens included)."""
-    if blank in tokens:
-        return float("-inf")
-    labels = [blank]
-    for token in tokens:
-        labels += [token, blank]
-    alpha = [float("-inf")] * len(labels)
-    alpha[0] = float(log_probs[0, blank])
-    if len(labels) > 1:
-        alpha[1] = float(log_probs[0, labels[1]])
-    for t in range(1, log_probs.shape[0]):
-        previous = alpha
-        alpha = []
-        for s, label in enumerate(labels):
-            terms = [previous[s]] + ([previous[s - 1]] if s >= 1 else [])
-            if s >= 2 and label != blank and label != labels[s - 2]:
-                terms.append(previous[s - 2])
-            top = max(terms)
-            total = top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in terms))
-            alpha.append(total + float(log_probs[t, label]))
-    ends = alpha[-2:] if len(labels) > 1 else alpha[-1:]
-    top = max(ends)
-    return top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in ends))
 
 
 def test_ctc_log_likelihood_sums_every_alignment():
@@ -188,7 +162,7 @@ def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
         config_from_dict(raw, ["decode.length_candidates=1"])
 
 
-def test_a_ctc_score_needs_a_ctc_head_and_length_candidates():
+def test_a_ctc_score_needs_a_ctc_head_and_hypotheses_to_rank():
     model, batch, _ = _tiny_paraformer()  # no CTC head
     with pytest.raises(ValueError, match="CTC head"):
         model.decode_length_candidates(batch.features, batch.feat_mask, 1, ctc_score_weight=0.5)
@@ -202,6 +176,20 @@ def test_a_ctc_score_needs_a_ctc_head_and_length_candidates():
     loaded = type("Loaded", (), {"cfg": config_from_dict(tiny_raw_config()), "tokenizer": None})()
     with pytest.raises(ConfigError, match="--ctc-score-weight needs .* CTC head"):
         DecodingOptions(length_candidates=2, ctc_score_weight=0.5).search_arguments(loaded)
+    with_head = config_from_dict(tiny_raw_config(), ["model.ctc_weight=0.3"])
+    loaded.cfg = with_head
+    with pytest.raises(ConfigError, match="--length-candidates > 0"):
+        DecodingOptions(ctc_score_weight=0.5).search_arguments(loaded)
+    # the autoregressive baseline ranks its beams: beam search, not length candidates
+    loaded.cfg = config_from_dict(tiny_raw_config(), ["model.type=transformer_ar", "model.ctc_weight=0.3"])
+    assert DecodingOptions(method="beam", ctc_score_weight=0.5).search_arguments(loaded)["ctc_score_weight"] == 0.5
+    with pytest.raises(ConfigError, match="--decode beam"):
+        DecodingOptions(method="greedy", ctc_score_weight=0.5).search_arguments(loaded)
+    with pytest.raises(ConfigError, match="decode.ctc_score_weight"):
+        config_from_dict(tiny_raw_config(), ["model.type=transformer_ar", "model.ctc_weight=0.3",
+                                             "decode.ctc_score_weight=0.5"])  # greedy
+    assert config_from_dict(tiny_raw_config(), ["model.type=transformer_ar", "model.ctc_weight=0.3",
+                                                "decode.method=beam", "decode.ctc_score_weight=0.5"])
 
 
 @pytest.mark.parametrize("override, key", [

@@ -79,13 +79,14 @@ def test_every_cli_takes_the_shared_decoding_options(script, capsys):
 
 
 def _train_toy(folder, kind: str):
-    """kind: paraformer (the CIF, with a CTC head), paraformer_ctc (the CTC token extractor) or transformer_ar."""
+    """kind: paraformer (the CIF, with a CTC head), paraformer_ctc (the CTC token extractor) or transformer_ar (with
+    a CTC head)."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.training.loop import train
 
     raw = tiny_raw_config(str(folder))
     raw["model"]["type"] = "transformer_ar" if kind == "transformer_ar" else "paraformer"
-    if kind == "paraformer":
+    if kind in ("paraformer", "transformer_ar"):
         raw["model"]["ctc_weight"] = 0.3
     if kind == "paraformer_ctc":
         raw["model"].update(predictor="ctc", ctc_weight=0.5, predictor_bias=0)
@@ -189,6 +190,12 @@ def test_exported_ar_baseline_matches_pytorch(exported):
     onnx_beam = onnx_model.model.beam_search(batch.features, batch.feat_mask, 3)
     assert torch.equal(onnx_greedy[0], greedy[0]) and torch.equal(onnx_greedy[1], greedy[1])
     assert torch.equal(onnx_beam[0], beam[0]) and torch.equal(onnx_beam[2], beam[2])
+    assert "ctc" in onnx_model.model.graphs  # the beams ranked again by the CTC head, as in PyTorch
+    with torch.no_grad():
+        rescored = torch_model.model.beam_search(batch.features, batch.feat_mask, 3, ctc_score_weight=0.5)
+    onnx_rescored = onnx_model.model.beam_search(batch.features, batch.feat_mask, 3, ctc_score_weight=0.5)
+    assert torch.equal(onnx_rescored[0], rescored[0]) and torch.equal(onnx_rescored[2], rescored[2])
+    assert torch.allclose(onnx_rescored[1], rescored[1], atol=1e-4)
 
 
 @pytest.mark.slow

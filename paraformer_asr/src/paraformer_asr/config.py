@@ -156,7 +156,8 @@ class DecodeConfig:
     length_candidates: int = 0
     # ... less count_prior x its distance to the CIF's expected count (0: the scores alone pick the count)
     count_prior: float = 0.0
-    # ... plus ctc_score_weight x each hypothesis's CTC log-likelihood per token (a model with a CTC head; 0: none)
+    # ... plus ctc_score_weight x each hypothesis's CTC log-likelihood per token (a model with a CTC head; 0: none;
+    # the autoregressive baseline ranks its beams again with it)
     ctc_score_weight: float = 0.0
     # at the end of training, choose method, lm_weight, length_candidates, count_prior and ctc_score_weight on the
     # validation set
@@ -304,9 +305,11 @@ def validate(cfg: Config) -> Config:
     _require(decode.length_candidates >= 0, "decode.length_candidates", ">= 0", decode.length_candidates)
     _require(decode.count_prior >= 0, "decode.count_prior", ">= 0", decode.count_prior)
     _require(decode.ctc_score_weight >= 0, "decode.ctc_score_weight", ">= 0", decode.ctc_score_weight)
-    _require(decode.ctc_score_weight == 0 or (decode.length_candidates > 0 and model.ctc_weight > 0),
-             "decode.ctc_score_weight", "0 unless decode.length_candidates > 0 and the model has a CTC head "
-             "(model.ctc_weight > 0)", decode.ctc_score_weight)
+    _require(decode.ctc_score_weight == 0 or (model.ctc_weight > 0 and (
+        decode.length_candidates > 0 if model.type == "paraformer" else decode.method == "beam")),
+             "decode.ctc_score_weight", "0 unless the model has a CTC head (model.ctc_weight > 0) and hypotheses to "
+             "rank: a Paraformer's length candidates (decode.length_candidates > 0), the autoregressive baseline's "
+             "beams (decode.method 'beam')", decode.ctc_score_weight)
     cif_model = model.type == "paraformer" and model.predictor == "cif"
     _require(cif_model or decode.length_candidates == 0, "decode.length_candidates",
              "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)

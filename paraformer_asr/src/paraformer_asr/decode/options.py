@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from paraformer_asr.config import DECODE_METHODS, DecodeConfig
+from paraformer_asr.config import DECODE_METHODS, DecodeConfig, ModelConfig
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
@@ -21,8 +21,8 @@ class DecodingOptions:
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
     lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
     candidate with the best score per token (a Paraformer with the CIF only), less count_prior x its distance to
-    the CIF's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head).
-    None: the checkpoint's ``decode`` section (:meth:`resolve`). ConfigError naming the
+    the CIF's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
+    autoregressive baseline's beams are ranked again with it). None: the checkpoint's ``decode`` section (:meth:`resolve`). ConfigError naming the
     option for a bad value."""
 
     method: str | None = None
@@ -75,10 +75,8 @@ class DecodingOptions:
                                                  and loaded.cfg.model.predictor == "cif"):
             raise ConfigError("--length-candidates needs a Paraformer with the CIF predictor (this checkpoint: "
                               f"{loaded.cfg.model.type}, predictor {loaded.cfg.model.predictor!r}); use 0")
-        if options.ctc_score_weight > 0 and (options.length_candidates == 0 or loaded.cfg.model.ctc_weight <= 0):
-            raise ConfigError("--ctc-score-weight needs --length-candidates > 0 and a model trained with a CTC head "
-                              f"(this checkpoint: model.ctc_weight {loaded.cfg.model.ctc_weight:g}, length "
-                              f"candidates {options.length_candidates}); use 0")
+        if options.ctc_score_weight > 0:
+            check_ctc_score(loaded.cfg.model, options.method, options.length_candidates)
         lm = None
         if options.lm_order > 0:
             lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
@@ -106,8 +104,21 @@ def add_decoding_arguments(parser) -> None:
                        help="with --length-candidates: subtract this times each candidate's distance to the CIF's "
                             "expected token count from its score (0 = none)")
     group.add_argument("--ctc-score-weight", type=float, default=None,
-                       help="with --length-candidates: add this times each hypothesis's CTC log-likelihood per token "
-                            "(the model's CTC head) to its score (0 = none)")
+                       help="a model trained with a CTC head: add this times each hypothesis's CTC log-likelihood per "
+                            "token to its score, over the length candidates (Paraformer) or the beams "
+                            "(autoregressive baseline) (0 = none)")
+
+
+def check_ctc_score(model: ModelConfig, method: str, length_candidates: int, key: str = "--ctc-score-weight") -> None:
+    """ConfigError naming ``key`` unless a CTC score has hypotheses to rank: a CTC head (``model.ctc_weight > 0``) and
+    the length candidates of a Paraformer, or the beams of the autoregressive baseline."""
+    if model.ctc_weight <= 0:
+        raise ConfigError(f"{key} needs a model trained with a CTC head (this one: model.ctc_weight "
+                          f"{model.ctc_weight:g}); use 0")
+    if model.type == "paraformer" and length_candidates == 0:
+        raise ConfigError(f"{key} with a Paraformer ranks its length candidates: it needs --length-candidates > 0")
+    if model.type == "transformer_ar" and method != "beam":
+        raise ConfigError(f"{key} with the autoregressive baseline ranks its beams: it needs --decode beam")
 
 
 def decoding_options(args) -> DecodingOptions:

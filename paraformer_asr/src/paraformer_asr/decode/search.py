@@ -46,7 +46,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``.
     ``length_candidates`` k > 0 (a Paraformer with the CIF): the token counts N +- 1..k are decoded too and the
     best per token kept, less ``count_prior`` x its distance to the CIF's expected count and plus
-    ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``).
+    ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``); the autoregressive
+    baseline's beams are ranked again with that CTC term (``model.beam_search``).
     With a ``clock`` (decode/timestamps.py) every token also gets its CIF times; only models with
     ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise. An utterance too short for the encoder's
     subsampling (fewer than ``MIN_INPUT_FRAMES`` frames, e.g. a 30 ms clip) gets an empty hypothesis."""
@@ -73,7 +74,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
             tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
         else:
             beams, _, beam_lengths = model.beam_search(batch.features, batch.feat_mask, beam_size, lm=lm,
-                                                       lm_weight=lm_weight)
+                                                       lm_weight=lm_weight, ctc_score_weight=ctc_score_weight)
             tokens, lengths = beams[:, 0], beam_lengths[:, 0]
         if device.type == "cuda":
             torch.cuda.synchronize(device)

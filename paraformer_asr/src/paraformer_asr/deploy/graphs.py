@@ -2,7 +2,7 @@
 outputs (names and shapes in docs/tensor_contracts.md, "Exported graphs").
 
 Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``, plus ``ctc`` (the CTC head, for the CTC score of length
-candidates) for a CIF model trained with one. The predictor (the token extractor, ``model.predictor``) is
+candidates) for a CIF model trained with one; the AR baseline's ``ctc`` ranks its beams again. The predictor (the token extractor, ``model.predictor``) is
 its own graph: ``predictor_cif`` or ``predictor_ctc``, the entries of :data:`PREDICTOR_GRAPHS`, both taking
 (encoder_out, enc_mask) and giving token embeddings over a fixed number of slots with the token counts. AR baseline: ``encoder``,
 ``cross_kv`` (the cross-attention keys/values, projected once per utterance) and ``decoder_step`` (one token with
@@ -95,9 +95,10 @@ PREDICTOR_GRAPHS = {"cif": CifPredictorGraph, "ctc": CtcPredictorGraph}
 
 
 class CtcHeadGraph(nn.Module):
-    """encoder_out [B, T', D] -> log_probs [B, T', V] float32: the CTC head (the CTC score of length candidates)."""
+    """encoder_out [B, T', D] -> log_probs [B, T', V] float32: the CTC head (the CTC score of length candidates or
+    of the AR baseline's beams)."""
 
-    def __init__(self, model: Paraformer):
+    def __init__(self, model: nn.Module):
         super().__init__()
         self.ctc = model.ctc
 
@@ -180,14 +181,21 @@ def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif")
     decoder = GraphSpec("decoder", NarDecoderGraph(model), (embeddings, token_mask, encoder_out, enc_mask),
                         {"embeddings": {0: BATCH, 1: TOKENS}, "token_mask": {0: BATCH, 1: TOKENS}, **enc_axes},
                         {"logits": {0: BATCH, 1: TOKENS}})
-    if predictor != "cif" or model.ctc is None:
+    if predictor != "cif":
         return [encoder, predictor_spec, decoder]
-    ctc = GraphSpec("ctc", CtcHeadGraph(model), (encoder_out,), {"encoder_out": {0: BATCH, 1: ENC_FRAMES}},
-                    {"log_probs": per_frame})
-    return [encoder, predictor_spec, decoder, ctc]
+    return [encoder, predictor_spec, decoder, *_ctc_spec(model, encoder_out)]
+
+
+def _ctc_spec(model: nn.Module, encoder_out: torch.Tensor) -> list[GraphSpec]:
+    """The ``ctc`` graph of a model with a CTC head (none without)."""
+    if model.ctc is None:
+        return []
+    frames = {0: BATCH, 1: ENC_FRAMES}
+    return [GraphSpec("ctc", CtcHeadGraph(model), (encoder_out,), {"encoder_out": frames}, {"log_probs": frames})]
 
 
 def ar_graphs(model: TransformerAR, input_dim: int) -> list[GraphSpec]:
+    """encoder, cross_kv, decoder_step, and ctc for a model with a CTC head."""
     encoder, encoder_out, enc_mask = _encoder_spec(model, input_dim)
     cross = CrossKeyValueGraph(model)
     with torch.no_grad():
@@ -204,4 +212,4 @@ def ar_graphs(model: TransformerAR, input_dim: int) -> list[GraphSpec]:
                       "new_self_v": {1: BATCH, 3: "grown_tokens"}})
     cross_spec = GraphSpec("cross_kv", cross, (encoder_out,), {"encoder_out": {0: BATCH, 1: ENC_FRAMES}},
                            {"cross_k": kv, "cross_v": kv})
-    return [encoder, cross_spec, step]
+    return [encoder, cross_spec, step, *_ctc_spec(model, encoder_out)]

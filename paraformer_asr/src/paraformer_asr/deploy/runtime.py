@@ -31,7 +31,7 @@ from paraformer_asr.models.paraformer import ParaformerDecoding, TokenExtraction
 
 GRAPH_ROLES = {"paraformer": ("encoder", "predictor", "decoder"),
                "transformer_ar": ("encoder", "cross_kv", "decoder_step")}
-OPTIONAL_ROLES = {"paraformer": ("ctc",), "transformer_ar": ()}  # loaded when the sidecar names them
+OPTIONAL_ROLES = {"paraformer": ("ctc",), "transformer_ar": ("ctc",)}  # loaded when the sidecar names them
 CPU = torch.device("cpu")
 
 
@@ -96,6 +96,10 @@ class ExportedModel:
         check_encodable(feat_mask.sum(dim=1), self.encoder.subsampling_factor)
         return tuple(self.graphs["encoder"](features=features.float(), feat_mask=feat_mask))
 
+    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor | None:
+        """The ctc graph: encoder_out [B, T', D] -> log_probs [B, T', V]; None when the export has none."""
+        return self.graphs["ctc"](encoder_out=encoder_out)[0] if "ctc" in self.graphs else None
+
 
 class OnnxParaformer(ExportedModel, ParaformerDecoding):
     """The exported Paraformer: encoder -> predictor (the sidecar's ``predictor``: ``predictor_cif`` or
@@ -110,10 +114,6 @@ class OnnxParaformer(ExportedModel, ParaformerDecoding):
         """-> (raw alphas [B, T'] in threshold units, the calibrated ones), as the PyTorch model's."""
         outputs = self._predict(encoder_out, enc_mask)
         return outputs["alphas"] / self.cfg.cif_threshold, outputs["integrated_alphas"]
-
-    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor | None:
-        """The ctc graph: encoder_out [B, T', D] -> log_probs [B, T', V]; None when the export has none."""
-        return self.graphs["ctc"](encoder_out=encoder_out)[0] if "ctc" in self.graphs else None
 
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,7 @@ from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search
 from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy
-from paraformer_asr.models.ctc import optional_ctc_head
+from paraformer_asr.models.ctc import ctc_rescored, optional_ctc_head
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.interface import LossOutput
 from paraformer_asr.models.layers import DecoderBlock, KeyValue, PositionalEncoding
@@ -123,7 +123,8 @@ class ArDecoder(nn.Module):
 class ArDecoding:
     """Greedy and beam search of the autoregressive baseline (decode/ar_search.py), shared by the PyTorch model and
     the exported one (deploy/runtime.py): a class using it offers ``encode(features, feat_mask)``, ``decode_step``
-    (see :meth:`TransformerAR.decode_step`) and the ids ``bos_id``, ``eos_id``, ``pad_id``, ``never_emitted``."""
+    (see :meth:`TransformerAR.decode_step`), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's,
+    for rescoring the beams) and the ids ``bos_id``, ``eos_id``, ``pad_id``, ``blank_id``, ``never_emitted``."""
 
     gives_timestamps = False  # no CIF: its tokens carry no times
 
@@ -136,13 +137,25 @@ class ArDecoding:
 
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
-                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
-                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None, lm_weight: float = 0.0,
+                    ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
-        beams that do not exist), lengths [B, beam] (tokens without eos)."""
+        beams that do not exist), lengths [B, beam] (tokens without eos). ``ctc_score_weight`` w > 0 (a model with
+        a CTC head): the finished beams are ranked again by score + w x their CTC log-likelihood per token
+        (models/ctc.py, ``ctc_rescored``), which the scores then are."""
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        return ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty, max_length_ratio, lm,
-                              lm_weight)
+        tokens, scores, lengths = ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty,
+                                                 max_length_ratio, lm, lm_weight)
+        if ctc_score_weight <= 0:
+            return tokens, scores, lengths
+        ctc_log_probs = self.ctc_log_probs(encoder_out)  # [B, T', V]
+        if ctc_log_probs is None:
+            raise ValueError("a CTC score needs a model trained with a CTC head (model.ctc_weight > 0)")
+        scores = ctc_rescored(scores, tokens, lengths, ctc_log_probs, enc_mask.sum(dim=1), self.blank_id,
+                              ctc_score_weight)  # [B, beam]
+        order = scores.argsort(dim=1, descending=True, stable=True)  # [B, beam]
+        return (tokens.gather(1, order.unsqueeze(-1).expand_as(tokens)), scores.gather(1, order),
+                lengths.gather(1, order))
 
 
 class TransformerAR(ArDecoding, nn.Module):
@@ -161,6 +174,10 @@ class TransformerAR(ArDecoding, nn.Module):
         self.decoder = ArDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
                                  cfg.dropout)
         self.ctc = optional_ctc_head(cfg.d_model, vocab_size, cfg.ctc_weight, blank_id)
+
+    def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor | None:
+        """encoder_out [B, T', D] -> the CTC head's log-probs [B, T', V], or None without a CTC head."""
+        return self.ctc(encoder_out) if self.ctc is not None else None
 
     def encode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """features [B, T, F], feat_mask [B, T] -> (encoder_out [B, T', D], enc_mask [B, T'])"""

@@ -21,7 +21,7 @@ from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
 from paraformer_asr.models.cif import (CifOutput, CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count,
                                        scale_to_counts)
-from paraformer_asr.models.ctc import ctc_log_likelihood, optional_ctc_head
+from paraformer_asr.models.ctc import ctc_rescored, optional_ctc_head
 from paraformer_asr.models.ctc_extractor import CtcExtraction, CtcTokenExtractor
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
@@ -122,7 +122,7 @@ class ParaformerDecoding:
         are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training.
         Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
         x the LM's sentence log-prob with an ``lm``, plus ``ctc_score_weight`` x its CTC log-likelihood over the
-        encoder frames (:func:`ctc_log_likelihood`; models with a CTC head), all divided by its token count; less
+        encoder frames (``ctc_log_likelihood``; models with a CTC head), all divided by its token count; less
         ``count_prior`` x the candidate's distance to the CIF's own expected count (the sum of its calibrated
         alphas). The best per utterance wins. A count one off spells a word with a letter too many or too few: the
         candidates let the decoder's, the LM's and the CTC head's confidence pick the count instead, and the prior
@@ -159,21 +159,18 @@ class ParaformerDecoding:
         log_probs, extraction = self._log_posteriors(logits, extraction)
         beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B*K, beam, N]
         hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
-        lengths = extraction.num_tokens.repeat_interleave(beams.shape[1])  # [B*K*beam]
-        per_token = scores.flatten() / lengths.clamp(min=1)  # [B*K*beam]
-        per_token = per_token - count_prior * (lengths - expected.repeat_interleave(beams.shape[1])).abs()
+        lengths = extraction.num_tokens.repeat_interleave(beams.shape[1]).view(batch, hypotheses)  # [B, K*beam]
+        per_token = scores.view(batch, hypotheses) / lengths.clamp(min=1)  # [B, K*beam]
+        per_token = per_token - count_prior * (lengths - expected.view(batch, width).repeat_interleave(
+            beams.shape[1], dim=1)).abs()
         if ctc_log_probs is not None:
-            ctc = ctc_log_likelihood(ctc_log_probs.repeat_interleave(hypotheses, dim=0),
-                                     frames.repeat_interleave(hypotheses),
-                                     beams.flatten(0, 1), lengths, self.blank_id)  # [B*K*beam]
-            with_ctc = (per_token + ctc_score_weight * ctc / lengths.clamp(min=1)).view(batch, hypotheses)
-            # an utterance where no hypothesis has a CTC alignment (too few frames) is left to the other scores
-            per_token = torch.where(with_ctc.isfinite().any(dim=1, keepdim=True), with_ctc,
-                                    per_token.view(batch, hypotheses)).flatten()
-        best = per_token.view(batch, hypotheses).argmax(dim=1)  # [B]
+            per_token = ctc_rescored(per_token, beams.reshape(batch, hypotheses, -1), lengths, ctc_log_probs, frames,
+                                     self.blank_id, ctc_score_weight)
+        best = per_token.argmax(dim=1)  # [B]
         rows = torch.arange(batch, device=best.device) * hypotheses + best  # [B] into [B*K*beam]
         chosen = extraction.select(rows // beams.shape[1])
-        return beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen, per_token[rows]
+        return (beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen,
+                per_token.flatten()[rows])
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,10 +188,15 @@ class ParaformerDecoding:
 
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
-                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    lm_weight: float = 0.0, ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                    torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
 
-        With ``lm`` (a TokenNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py)."""
+        With ``lm`` (a TokenNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py). The
+        Paraformer's CTC score ranks length candidates (:meth:`decode_length_candidates`): ``ctc_score_weight`` > 0
+        here is a ValueError."""
+        if ctc_score_weight > 0:
+            raise ValueError("the Paraformer's CTC score ranks length candidates: use decode_length_candidates")
         log_probs, extraction = self.posteriors(features, feat_mask)
         tokens, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
         lengths = extraction.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
