@@ -99,3 +99,14 @@ def test_bad_benchmark_arguments_exit_2_with_a_message(capsys):
     if not torch.cuda.is_available():
         assert run_main(script.main, ["--skip-cif", "--device", "cuda", "--checkpoints", "missing"]) == 2
         assert "--device cuda: no CUDA device is available" in capsys.readouterr().err
+
+
+def test_decoding_labels_name_the_ctc_score_for_candidates_and_for_beams():
+    from paraformer_asr.benchmarks.decoding import decoding_label
+
+    row = {"method": "beam", "beam_size": 4, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0,
+           "count_prior": 0.0, "ctc_score_weight": 0.3, "config_decoding": True}
+    assert decoding_label(row) == "config: beam 4 + CTC score (0.3)"
+    row.update(lm_order=6, lm_weight=1.0, length_candidates=3, ctc_score_weight=0.5, config_decoding=False)
+    assert decoding_label(row) == "beam 4 + LM 6 (1), length candidates 3 + CTC score (0.5)"
+    assert decoding_label({**row, "ctc_score_weight": 0.0}) == "beam 4 + LM 6 (1), length candidates 3"

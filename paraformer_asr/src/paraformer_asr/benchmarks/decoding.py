@@ -68,7 +68,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "lm_weight": lm_weight if lm is not None else 0.0,
         "length_candidates": length_candidates,
         "count_prior": count_prior if length_candidates else 0.0,
-        "ctc_score_weight": ctc_score_weight if length_candidates else 0.0,
+        "ctc_score_weight": ctc_score_weight,
         "num_utterances": len(transcripts),
         "num_batches": len(batches),
         "batch_size": max(batch.size for batch in batches),
@@ -199,7 +199,7 @@ def decoding_label(row: dict) -> str:
     if row["length_candidates"]:
         label += f", length candidates {row['length_candidates']}"
         label += f" (count prior {row['count_prior']:g})" if row["count_prior"] else ""
-        label += f" + CTC score ({row['ctc_score_weight']:g})" if row.get("ctc_score_weight") else ""
+    label += f" + CTC score ({row['ctc_score_weight']:g})" if row.get("ctc_score_weight") else ""
     return f"config: {label}" if row["config_decoding"] else label
 
 
