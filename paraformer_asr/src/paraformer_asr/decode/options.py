@@ -22,8 +22,8 @@ class DecodingOptions:
     lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
     candidate with the best score per token (a Paraformer with the CIF only), less count_prior x its distance to
     the CIF's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
-    autoregressive baseline's beams are ranked again with it). None: the checkpoint's ``decode`` section (:meth:`resolve`). ConfigError naming the
-    option for a bad value."""
+    autoregressive baseline's beams are ranked again with it). None: the checkpoint's ``decode`` section
+    (:meth:`resolve`). ConfigError naming the option for a bad value."""
 
     method: str | None = None
     beam_size: int | None = None

@@ -2,11 +2,12 @@
 outputs (names and shapes in docs/tensor_contracts.md, "Exported graphs").
 
 Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``, plus ``ctc`` (the CTC head, for the CTC score of length
-candidates) for a CIF model trained with one; the AR baseline's ``ctc`` ranks its beams again. The predictor (the token extractor, ``model.predictor``) is
-its own graph: ``predictor_cif`` or ``predictor_ctc``, the entries of :data:`PREDICTOR_GRAPHS`, both taking
-(encoder_out, enc_mask) and giving token embeddings over a fixed number of slots with the token counts. AR baseline: ``encoder``,
-``cross_kv`` (the cross-attention keys/values, projected once per utterance) and ``decoder_step`` (one token with
-the self-attention key/value cache as inputs and outputs); the search loops stay in Python (decode/ar_search.py).
+candidates) for a CIF model trained with one. The predictor (the token extractor, ``model.predictor``) is its own
+graph: ``predictor_cif`` or ``predictor_ctc``, the entries of :data:`PREDICTOR_GRAPHS`, both taking
+(encoder_out, enc_mask) and giving token embeddings over a fixed number of slots with the token counts. AR
+baseline: ``encoder``, ``cross_kv`` (the cross-attention keys/values, projected once per utterance) and
+``decoder_step`` (one token with the self-attention key/value cache as inputs and outputs), plus ``ctc`` with a CTC
+head (it ranks the finished beams again); the search loops stay in Python (decode/ar_search.py).
 """
 
 from __future__ import annotations

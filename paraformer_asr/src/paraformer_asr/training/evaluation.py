@@ -218,7 +218,8 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
     result = {**scores, "decode": resolved.method, "beam_size": resolved.effective_beam_size,
               "lm_order": resolved.lm_order, "lm_weight": search["lm_weight"],
               "length_candidates": resolved.length_candidates, "count_prior": resolved.count_prior,
-              "ctc_score_weight": resolved.ctc_score_weight, "checkpoint": str(loaded.path), "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
+              "ctc_score_weight": resolved.ctc_score_weight, "checkpoint": str(loaded.path),
+              "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
     if loaded.model.calibrates_cif and same_set(manifest_path or f"toy:{split}", loaded.calibrated_on):
         result["calibration_in_sample"] = True
         print(f"warning: {result['dataset']} is the set the CIF scale (alpha_scale) was calibrated on: these "
