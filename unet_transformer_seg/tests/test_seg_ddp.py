@@ -5,6 +5,7 @@ CUDA)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,13 +27,26 @@ def _weights(run_dir: Path):
     return load_checkpoint(run_dir / "checkpoints" / "last.pt")["model"], (run_dir / "train.log").read_text()
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def _torchrun(tmp_path: Path, processes: int, *overrides: str):
+    """train.py under torchrun. A run in which every rank finished training (the log's last line written) but one
+    aborted in gloo's C++ teardown at exit, a rare race of its threads (docs/debugging.md), is run again once in a
+    fresh folder; any other failure, or that abort twice, is returned as it is."""
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-         str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, *overrides)],
-        cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300,
-    )
+    for attempt in range(2):
+        result = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+             str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, *overrides)],
+            cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300,
+        )
+        logs = list((tmp_path / "runs").glob("*/train.log"))
+        finished = len(logs) == 1 and "finished" in logs[0].read_text().splitlines()[-1]
+        if result.returncode == 0 or attempt == 1 or TEARDOWN_ABORT not in result.stderr or not finished:
+            return result
+        shutil.rmtree(tmp_path / "runs")
+    return result
 
 
 @pytest.mark.slow

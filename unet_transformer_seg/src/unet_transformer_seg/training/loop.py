@@ -503,6 +503,10 @@ class Trainer:
             return TrainResult(self.run_dir)
         finally:
             close_logger(logging.getLogger(LOGGER_NAME))
+            # DistributedDataParallel's reducer holds the process group: released first, gloo's threads end with the
+            # group instead of at interpreter exit (where one rank could abort: "terminate called without an active
+            # exception")
+            self.ddp_model = self.train_model = None
             shutdown_distributed(self.dist)
 
 
