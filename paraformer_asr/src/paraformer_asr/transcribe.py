@@ -36,7 +36,7 @@ def transcribe_inputs(loaded: LoadedModel, device: torch.device, inputs: list[st
     ``window_progress(name)`` giving its progress callback; the rest in batches of ``batch_size``."""
     if timed:
         require_timestamps(loaded.model)
-    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight, length candidates' options
+    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight and the rescoring options
     results: dict[int, dict] = {}  # input index -> result
     items, item_indices = [], []
     for index, name in enumerate(inputs):

@@ -36,22 +36,22 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
 
     The first ``warmup_batches`` batches are decoded once untimed first. Returns a dict:
     method, beam_size, lm_order (0 without an LM), lm_weight, length_candidates, count_prior, ctc_score_weight,
-    num_utterances,
-    num_batches, batch_size (largest batch), seconds (decoding
+    num_utterances, num_batches, batch_size (largest batch), seconds (decoding
     wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
     latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
     transcript length in tokens: the autoregressive decoder's step count) and cer (over the text
-    decoded with ``tokenizer``, as scripts/eval.py computes it). Greedy rows of a model with an ``encode`` also
-    time the encoder alone on the same batches (a separate pass): encoder_ms_per_utterance (else None), the share
-    of the latency the models' shared encoder architecture takes.
+    decoded with ``tokenizer``, as scripts/eval.py computes it). Greedy rows also time the encoder alone on the same
+    batches (a separate pass): encoder_ms_per_utterance (None for beam rows), the share of the latency the models'
+    shared encoder architecture takes.
     """
     if method not in ("greedy", "beam"):
         raise ValueError(f"decode method must be 'greedy' or 'beam', got {method!r}")
     if not batches:
         raise ValueError("benchmark_decoding needs at least one batch")
     search = {"method": method, "beam_size": beam_size, "lm": lm, "lm_weight": lm_weight,
-              "length_candidates": length_candidates, "count_prior": count_prior, "ctc_score_weight": ctc_score_weight}
+              "length_candidates": length_candidates, "count_prior": count_prior,
+              "ctc_score_weight": ctc_score_weight}
     with torch.no_grad():
         if warmup_batches > 0:
             transcribe_batches(model, batches[:warmup_batches], device, **search)
@@ -83,11 +83,9 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     }
 
 
-def time_encoder(model: nn.Module, batches: Sequence[Batch], device: torch.device) -> float | None:
+def time_encoder(model: nn.Module, batches: Sequence[Batch], device: torch.device) -> float:
     """Seconds of ``model.encode`` over the batches (short utterances padded as decoding pads them; device
-    synchronised), or None for a model without one (an onnxruntime export)."""
-    if not hasattr(model, "encode"):
-        return None
+    synchronised)."""
     min_frames = MIN_INPUT_FRAMES[model.encoder.subsampling_factor]
     seconds = 0.0
     for batch in batches:

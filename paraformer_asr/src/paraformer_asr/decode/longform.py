@@ -565,13 +565,15 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
         plan_options = replace(options, min_pause_ms=options.judged_pauses_ms[0]) if judged else options
         windows = plan_recording(reader.num_samples, plan_options, hop, align, rate, profile)
 
+        def span_samples(span: Span) -> int:
+            return windows[span[1]].end - windows[span[0]].start
+
         def decode(spans: list[Span]) -> list[DecodedWindow]:
             """Decode the spans not decoded yet, ``options.batch_windows`` windows a batch, batched by length (less
             padding) -> every span's decode."""
             nonlocal decode_seconds
-            missing = sorted((span for span in dict.fromkeys(spans) if span not in decoded),
-                             key=lambda span: windows[span[1]].end - windows[span[0]].start)
-            lengths = [windows[last].end - windows[first].start for first, last in missing]
+            missing = sorted((span for span in dict.fromkeys(spans) if span not in decoded), key=span_samples)
+            lengths = [span_samples(span) for span in missing]  # shortest first
             done = 0
             for batch_size in padded_batches(lengths, options.batch_windows,
                                              round(options.batch_windows * BATCH_SECONDS_PER_WINDOW * rate)):

@@ -109,16 +109,18 @@ def add_decoding_arguments(parser) -> None:
                             "(autoregressive baseline) (0 = none)")
 
 
-def check_ctc_score(model: ModelConfig, method: str, length_candidates: int, key: str = "--ctc-score-weight") -> None:
-    """ConfigError naming ``key`` unless a CTC score has hypotheses to rank: a CTC head (``model.ctc_weight > 0``) and
-    the length candidates of a Paraformer, or the beams of the autoregressive baseline."""
+def check_ctc_score(model: ModelConfig, method: str, length_candidates: int) -> None:
+    """ConfigError naming --ctc-score-weight unless a CTC score has hypotheses to rank: a CTC head
+    (``model.ctc_weight > 0``) and the length candidates of a Paraformer, or the beams of the autoregressive
+    baseline."""
     if model.ctc_weight <= 0:
-        raise ConfigError(f"{key} needs a model trained with a CTC head (this one: model.ctc_weight "
+        raise ConfigError("--ctc-score-weight needs a model trained with a CTC head (this one: model.ctc_weight "
                           f"{model.ctc_weight:g}); use 0")
     if model.type == "paraformer" and length_candidates == 0:
-        raise ConfigError(f"{key} with a Paraformer ranks its length candidates: it needs --length-candidates > 0")
+        raise ConfigError("--ctc-score-weight with a Paraformer ranks its length candidates: it needs "
+                          "--length-candidates > 0")
     if model.type == "transformer_ar" and method != "beam":
-        raise ConfigError(f"{key} with the autoregressive baseline ranks its beams: it needs --decode beam")
+        raise ConfigError("--ctc-score-weight with the autoregressive baseline ranks its beams: it needs --decode beam")
 
 
 def decoding_options(args) -> DecodingOptions:

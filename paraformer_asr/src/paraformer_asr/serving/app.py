@@ -89,7 +89,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
         raise CheckpointError(f"{loaded_model.path} was trained on '{loaded_model.cfg.data.kind}' features, not "
                               f"audio; the service needs a checkpoint trained with data.kind: manifest")
     device = model_device(loaded_model.model)
-    # method, beam_size, lm, lm_weight, length candidates' options
+    # method, beam_size, lm, lm_weight and the rescoring options
     search = settings.decoding.search_arguments(loaded_model)
     batcher = MicroBatcher(GreedyTranscriber(loaded_model, device, search), settings.max_batch_size,
                            settings.max_wait_ms)

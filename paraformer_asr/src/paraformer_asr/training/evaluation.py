@@ -188,7 +188,7 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         entries = read_manifest(manifest_path, skip_bad_files=loaded.cfg.data.skip_bad_files)
         if not long_form and all(recording_seconds(e) <= options.chunk_seconds for e in entries):
             entries = None  # every recording fits in one window: the batched path
-    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight, length candidates' options
+    search = decoding.search_arguments(loaded)  # method, beam_size, lm, lm_weight and the rescoring options
     if group_by is not None and manifest_path is None:
         raise ConfigError(f"--group-by {group_by} needs a manifest (toy data has no fields to group by)")
     if entries is not None:
