@@ -78,24 +78,24 @@ def loop_matched_pairs(reference, hypothesis) -> list[tuple[int, int]]:
     return pairs[::-1]
 
 
-def loop_speech_runs(profile_db, threshold_db, floor_frames, min_pause_frames, min_speech_frames, quantile=0.1,
+def loop_speech_runs(profile_db, threshold_db, reach_frames, min_pause_frames, min_speech_frames, smooth_frames=3,
                      digital_silence_db=-80.0):
-    """Speech runs of a dB profile, frame by frame: the floor of each stretch of ``floor_frames`` is the
-    ``quantile`` (linear interpolation) of its frames above ``digital_silence_db`` (a stretch without any has no
-    speech), a frame is speech above floor + threshold, runs closer than ``min_pause_frames`` are joined, shorter
-    joined runs dropped. -> [(first, end)]."""
+    """Speech runs of a dB profile, frame by frame: each frame's value smoothed as the mean of the frames above
+    ``digital_silence_db`` among the ``smooth_frames`` centred on it; its floor the larger of the smallest smoothed
+    value among the ``reach_frames`` ending at it and the smallest among the ``reach_frames`` starting at it; a
+    frame above digital silence is speech above floor + threshold, runs closer than ``min_pause_frames`` are
+    joined, shorter joined runs dropped. -> [(first, end)]."""
     values = [float(v) for v in profile_db]
+    half = smooth_frames // 2
+    smoothed = []
+    for index in range(len(values)):
+        near = [v for v in values[max(0, index - half):index + half + 1] if v > digital_silence_db]
+        smoothed.append(sum(near) / len(near) if near else math.inf)
     speech = []
-    for start in range(0, len(values), floor_frames):
-        stretch = sorted(v for v in values[start:start + floor_frames] if v > digital_silence_db)
-        if not stretch:
-            speech += [False] * len(values[start:start + floor_frames])
-            continue
-        position = (len(stretch) - 1) * quantile
-        low = int(position)
-        high = min(low + 1, len(stretch) - 1)
-        floor = stretch[low] + (stretch[high] - stretch[low]) * (position - low)
-        speech += [v > floor + threshold_db for v in values[start:start + floor_frames]]
+    for index, value in enumerate(values):
+        before = min(smoothed[max(0, index - reach_frames + 1):index + 1])
+        after = min(smoothed[index:index + reach_frames])
+        speech.append(value > digital_silence_db and value > max(before, after) + threshold_db)
     runs = []
     for index, is_speech in enumerate(speech):
         if not is_speech:

@@ -20,10 +20,9 @@ from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
 from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, Window, WindowReader, append_in_order,
                                             energy_profile, has_word_separators, joined_window, judge_pauses,
-                                            padded_batches, plan_recording, plan_windows,
+                                            local_noise_floor, padded_batches, plan_recording, plan_windows,
                                             speech_runs, stitch_by_text, stitch_by_times, stitched_windows,
-                                            text_overlap_cut,
-                                            transcribe_long, window_units)
+                                            text_overlap_cut, transcribe_long, window_units)
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import LoadedModel
 from paraformer_asr.models.factory import build_model
@@ -91,9 +90,11 @@ def test_speech_runs_equal_the_frame_by_frame_reference(seed, min_pause, min_spe
     loud = torch.rand(700, generator=generator) < 0.3
     profile = torch.where(loud, profile + 40, profile)
     profile[100:180] = -120.0  # digital silence: not part of the floor
-    profile[300:600] = -120.0  # a whole floor stretch of it but one frame
-    expected = loop_speech_runs(profile.tolist(), 15.0, 300, min_pause, min_speech)
-    assert speech_runs(profile, 15.0, 300, min_pause, min_speech) == expected
+    profile[300:600] = -120.0  # longer than the reach on both sides but for one frame
+    profile[450] = -30.0
+    profile[620:] += 20.0  # the floor steps up
+    expected = loop_speech_runs(profile.tolist(), 15.0, 100, min_pause, min_speech)
+    assert speech_runs(profile, 15.0, 100, min_pause, min_speech) == expected
 
 
 def test_speech_runs_split_at_pauses_and_drop_clicks():
@@ -102,7 +103,17 @@ def test_speech_runs_split_at_pauses_and_drop_clicks():
     profile[110:150] = -10.0  # after a 10-frame (100 ms) pause: same segment
     profile[200:240] = -10.0  # after 50 frames: a new segment
     profile[330:332] = -10.0  # a 20 ms click, alone
-    assert speech_runs(profile, 15.0, 3000, 30, 5) == [(50, 150), (200, 240)]
+    assert speech_runs(profile, 15.0, 200, 30, 5) == [(50, 150), (200, 240)]
+
+
+def test_a_pause_filled_with_the_next_utterances_louder_noise_is_not_speech():
+    profile = torch.full((900,), -55.0)  # a quiet utterance, then a pause and an utterance 20 dB noisier
+    profile[50:250] = -10.0
+    profile[300:] = -35.0
+    profile[380:550] = -10.0
+    floor = local_noise_floor(profile, 200)
+    assert torch.allclose(floor[301:379], torch.tensor(-35.0, dtype=floor.dtype))  # the pause's own noise
+    assert speech_runs(profile, 12.0, 200, 30, 5) == [(50, 250), (380, 550)]  # the windows start at the speech
 
 
 def test_pause_plan_gives_each_speech_segment_its_margins_without_overlap():
@@ -110,6 +121,7 @@ def test_pause_plan_gives_each_speech_segment_its_margins_without_overlap():
     profile[100:200] = -10.0
     profile[230:300] = -10.0  # 300 ms after the first: a separate segment at min_pause 300 ms
     profile[500:900] = -10.0  # 4 s of speech: longer than the 2 s chunks, cut into overlapping windows
+    profile[510:900:50] = -60.0  # its closures: within the floor's reach of every frame, as in recorded speech
     options = LongFormOptions(chunk_seconds=2.0, overlap_seconds=0.5, min_pause_ms=300, margin_ms=(100, 150))
     windows = plan_recording(1000 * HOP, options, HOP, HOP, RATE, profile)
     first, second = windows[0], windows[1]
@@ -129,7 +141,7 @@ def test_digital_silence_neither_sets_the_floor_nor_enters_a_window():
     profile[120:200] = -10.0
     profile[350:500] = -50.0
     profile[370:470] = -10.0
-    assert speech_runs(profile, 15.0, 3000, 30, 5) == [(120, 200), (370, 470)]  # the noisy edges are not speech
+    assert speech_runs(profile, 15.0, 200, 30, 5) == [(120, 200), (370, 470)]  # the noisy edges are not speech
     options = LongFormOptions(margin_ms=(300, 300))  # margins reaching past each utterance into the zeros
     windows = plan_recording(600 * HOP, options, HOP, HOP, RATE, profile)
     assert [(w.start // HOP, w.end // HOP) for w in windows] == [(100, 230), (350, 500)]

@@ -6,8 +6,9 @@ Self-attention costs grow with the square of the input, so a recording of minute
       │  pass 1, energy_profile: read in 30 s windows, log energy of every 10 ms frame  -> profile [F] (1.4 MB/hour)
       ▼
     plan_recording (segment):
-      │  'pauses':  speech_runs = frames > local noise floor + speech_threshold_db (the floor of the frames that
-      │             are not digital silence), joined across pauses shorter than min_pause_ms; each run +
+      │  'pauses':  speech_runs = frames > local noise floor + speech_threshold_db (local_noise_floor: the louder of
+      │             the quietest points 2 s before and 2 s after, digital silence left out), joined across
+      │             pauses shorter than min_pause_ms; each run +
       │             margin_ms of silence, less any digital silence at its edges, is one window (a run longer
       │             than chunk_seconds is cut into overlapping windows as below)
       │  'windows': plan_windows = windows of chunk_seconds overlapping by overlap_seconds, the last one ending
@@ -54,8 +55,15 @@ sets the noise floor. Its log-mel features (the front end's floor, far below any
 anything in training: a segment of a test utterance with 100-150 ms of them around it was read with one more
 letter at a word start ('staopb' for 'stop') and 0.6 more CIF weight than the same utterance alone, and a floor
 taken from zeros made every noisy pause count as speech (docs/results.md, "Gaps of digital silence, of noise,
-and none"). A segment's window therefore shrinks to its frames above DIGITAL_SILENCE_DB, and the floor of a
-stretch is taken over those frames only.
+and none"). A segment's window therefore shrinks to its frames above DIGITAL_SILENCE_DB, and the noise floor is
+taken over those frames only.
+
+**A local noise floor.** Pauses between utterances recorded apart carry each one's own noise, 20 dB apart or more.
+A floor taken over 30 s (the quietest tenth of its frames) was the quietest utterance's, so a pause filled with a
+louder one's noise counted as speech: windows began up to 0.8 s early, and the model read a command into that
+noise ('set a timer for twop' for 'turn on the bathroom lamp'). Each frame's floor is now the louder of the
+quietest points within FLOOR_REACH_SECONDS before and after it: in a pause it is that pause's own noise, in speech
+the noise of the pause on its louder side (docs/results.md, "A local noise floor").
 
 **The stitching rule** (overlapping windows). Each cut lies in the middle half of its overlap, so at least a quarter
 of the overlap separates it from either window's edge. A unit cut by window i's end edge has its centre within half a
@@ -81,7 +89,9 @@ Contracts:
     plan_windows(num_samples, window_samples, overlap_samples, align)     -> [(start, end)] sample spans
     WindowReader(handle, name, target_rate, first_frame=0, num_frames=-1).read(start, end) -> samples [end - start]
     energy_profile(reader, hop, block_samples)                            -> dB per hop [ceil(num_samples / hop)]
-    speech_runs(profile [F], threshold_db, floor_frames, min_pause_frames, min_speech_frames) -> [(first, end)]
+    local_noise_floor(profile [F], reach_frames)                              -> dB [F]: the louder of the quietest
+                                                                             points within reach before and after
+    speech_runs(profile [F], threshold_db, reach_frames, min_pause_frames, min_speech_frames) -> [(first, end)]
     audible_span(profile [F], first_frame, end_frame)                     -> the frames in it above digital silence
     quiet_point(profile [F], first_frame, end_frame, span_frames)         -> frame index
     stitched_windows(spans, cut, profile | None, hop, sample_rate, keep_from_ms, keep_to_ms)
@@ -129,8 +139,8 @@ MIN_CHUNK_SECONDS = 1.0
 DEFAULT_OVERLAP_SHARE = 0.2  # the command lines' overlap when none is given: a fifth of the window
 QUIET_SPAN_MS = 100.0  # the quiet cut is the centre of the lowest-energy stretch of this length
 PROFILE_BLOCK_SECONDS = 30.0  # the energy pass reads the recording in windows of this length
-FLOOR_BLOCK_SECONDS = 30.0  # the noise floor is estimated per stretch of this length ...
-FLOOR_QUANTILE = 0.1  # ... as this quantile of its 10 ms frame energies
+FLOOR_REACH_SECONDS = 2.0  # a frame's noise floor: the quietest point within this reach on either side ...
+FLOOR_SMOOTH_FRAMES = 3  # ... of the profile smoothed over this many frames (docs/results.md, "A local noise floor")
 MIN_SPEECH_MS = 50.0  # shorter speech runs between pauses are taken for clicks and dropped
 BATCH_SECONDS_PER_WINDOW = 5.0  # a batch holds at most batch_windows x this much padded audio
 MIN_WINDOW_SECONDS = 0.2  # a speech segment is given at least this much audio (the encoder needs 85 ms)
@@ -163,7 +173,7 @@ class LongFormOptions:
     overlap_seconds: float = 4.0
     cut: str = "quiet"
     batch_windows: int = 8
-    speech_threshold_db: float = 15.0
+    speech_threshold_db: float = 12.0
     min_pause_ms: float = 300.0
     margin_ms: tuple[float, float] = (150.0, 300.0)
     judged_pauses_ms: tuple[float, float] | None = (200.0, 1000.0)
@@ -280,20 +290,37 @@ def energy_profile(reader: WindowReader, hop: int, block_samples: int) -> torch.
     return torch.cat(frames).float()
 
 
-def speech_runs(profile_db: torch.Tensor, threshold_db: float, floor_frames: int,
+def local_noise_floor(profile_db: torch.Tensor, reach_frames: int) -> torch.Tensor:
+    """The local noise floor of every frame of the profile [F] -> [F] dB: the louder of the quietest point within
+    ``reach_frames`` before the frame (itself included) and the quietest within ``reach_frames`` after it, on the
+    profile smoothed over FLOOR_SMOOTH_FRAMES; frames of digital silence are left out (+inf where a reach has
+    nothing else). Taking the louder side follows a floor that steps at a pause: a pause filled with the next
+    utterance's louder noise gets that noise's level as its floor, not the quieter one of the utterance before it.
+    Speech needs a quiet point (a closure, a breath) within the reach on both sides, or its own level becomes the
+    floor: recorded speech has them (an espeak-ng sentence of 9 s is one run, as with a 30 s reach), a level tone
+    longer than the reach does not."""
+    audible = profile_db > DIGITAL_SILENCE_DB  # [F]
+    values = torch.where(audible, profile_db.double(), 0.0).view(1, 1, -1)
+    pad = FLOOR_SMOOTH_FRAMES // 2
+    total = torch.nn.functional.avg_pool1d(values, FLOOR_SMOOTH_FRAMES, 1, pad)  # [1, 1, F]: sums / width
+    share = torch.nn.functional.avg_pool1d(audible.double().view(1, 1, -1), FLOOR_SMOOTH_FRAMES, 1, pad)
+    smoothed = torch.where(share > 0, total / share.clamp_min(1e-9), math.inf).view(-1)  # [F] mean of audible frames
+    rest = torch.full((reach_frames - 1,), math.inf, dtype=smoothed.dtype)
+    quietest_before = -torch.nn.functional.max_pool1d(-torch.cat([rest, smoothed]).view(1, 1, -1), reach_frames, 1)
+    quietest_after = -torch.nn.functional.max_pool1d(-torch.cat([smoothed, rest]).view(1, 1, -1), reach_frames, 1)
+    return torch.maximum(quietest_before, quietest_after).view(-1)
+
+
+def speech_runs(profile_db: torch.Tensor, threshold_db: float, reach_frames: int,
                 min_pause_frames: int, min_speech_frames: int) -> list[tuple[int, int]]:
-    """Frames of speech as runs [first, end) of the profile [F]: a frame is speech when it exceeds the noise floor
-    of its stretch of ``floor_frames`` (the FLOOR_QUANTILE of that stretch's frames above DIGITAL_SILENCE_DB; a
-    stretch of digital silence only has no speech) by ``threshold_db``; runs separated by fewer than
-    ``min_pause_frames`` are joined; joined runs shorter than ``min_speech_frames`` are dropped."""
-    count = profile_db.numel()
-    if count == 0:
+    """Frames of speech as runs [first, end) of the profile [F]: a frame is speech when it is not digital silence
+    and exceeds its local noise floor (:func:`local_noise_floor` with ``reach_frames``) by ``threshold_db``; runs
+    separated by fewer than ``min_pause_frames`` are joined; joined runs shorter than ``min_speech_frames`` are
+    dropped."""
+    if profile_db.numel() == 0:
         return []
-    stretches = -(-count // floor_frames)
-    padded = torch.full((stretches * floor_frames,), math.nan)
-    padded[:count] = profile_db.float().masked_fill(profile_db <= DIGITAL_SILENCE_DB, math.nan)
-    floors = torch.nanquantile(padded.view(stretches, floor_frames), FLOOR_QUANTILE, dim=1)  # [stretches]
-    speech = profile_db > floors.repeat_interleave(floor_frames)[:count] + threshold_db  # [F]
+    floor = local_noise_floor(profile_db, reach_frames)  # [F]
+    speech = (profile_db > DIGITAL_SILENCE_DB) & (profile_db.double() > floor + threshold_db)  # [F]
     edges = torch.diff(torch.nn.functional.pad(speech.to(torch.int8), (1, 1)))  # +1 at run starts, -1 at ends
     starts, ends = (edges == 1).nonzero().view(-1), (edges == -1).nonzero().view(-1)  # [R] each
     if starts.numel() == 0:
@@ -363,7 +390,7 @@ def plan_recording(num_samples: int, options: LongFormOptions, hop: int, align: 
         return [Window(index, *entry) for index, entry in enumerate(stitched_windows(spans, options.cut, profile_db,
                                                                                      hop, sample_rate))]
     frame_ms = 1000.0 * hop / sample_rate
-    runs = speech_runs(profile_db, options.speech_threshold_db, round(FLOOR_BLOCK_SECONDS * 1000 / frame_ms),
+    runs = speech_runs(profile_db, options.speech_threshold_db, round(FLOOR_REACH_SECONDS * 1000 / frame_ms),
                        round(options.min_pause_ms / frame_ms), max(1, round(MIN_SPEECH_MS / frame_ms)))
     before, after = (round(margin * sample_rate / 1000.0) for margin in options.margin_ms)
     shortest = round(MIN_WINDOW_SECONDS * sample_rate)
