@@ -251,6 +251,19 @@ def _require(condition: bool, key: str, rule: str, value: Any) -> None:
         raise ConfigError(f"config key '{key}' must be {rule}, got {value!r}")
 
 
+def ctc_score_missing(model: ModelConfig, method: str, length_candidates: int) -> str | None:
+    """What a CTC score of hypotheses lacks with this model and decoding, in words (None: nothing): a CTC head, and
+    hypotheses to rank (a Paraformer's length candidates, the autoregressive baseline's beams). The config check
+    and the command lines' (decode/options.py) both ask it."""
+    if model.ctc_weight <= 0:
+        return f"a model trained with a CTC head (this one: model.ctc_weight {model.ctc_weight:g})"
+    if model.type == "paraformer" and length_candidates == 0:
+        return "length candidates to rank (a Paraformer: decode.length_candidates / --length-candidates > 0)"
+    if model.type == "transformer_ar" and method != "beam":
+        return "beams to rank (the autoregressive baseline: decode.method 'beam' / --decode beam)"
+    return None
+
+
 def validate(cfg: Config) -> Config:
     """Check value ranges and cross-field rules; raise ConfigError naming the key."""
     train, model, data = cfg.train, cfg.model, cfg.data
@@ -305,11 +318,8 @@ def validate(cfg: Config) -> Config:
     _require(decode.length_candidates >= 0, "decode.length_candidates", ">= 0", decode.length_candidates)
     _require(decode.count_prior >= 0, "decode.count_prior", ">= 0", decode.count_prior)
     _require(decode.ctc_score_weight >= 0, "decode.ctc_score_weight", ">= 0", decode.ctc_score_weight)
-    _require(decode.ctc_score_weight == 0 or (model.ctc_weight > 0 and (
-        decode.length_candidates > 0 if model.type == "paraformer" else decode.method == "beam")),
-             "decode.ctc_score_weight", "0 unless the model has a CTC head (model.ctc_weight > 0) and hypotheses to "
-             "rank: a Paraformer's length candidates (decode.length_candidates > 0), the autoregressive baseline's "
-             "beams (decode.method 'beam')", decode.ctc_score_weight)
+    missing = ctc_score_missing(model, decode.method, decode.length_candidates) if decode.ctc_score_weight else None
+    _require(missing is None, "decode.ctc_score_weight", f"0 without {missing}", decode.ctc_score_weight)
     cif_model = model.type == "paraformer" and model.predictor == "cif"
     _require(cif_model or decode.length_candidates == 0, "decode.length_candidates",
              "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)

@@ -89,7 +89,7 @@ Contracts:
     plan_windows(num_samples, window_samples, overlap_samples, align)     -> [(start, end)] sample spans
     WindowReader(handle, name, target_rate, first_frame=0, num_frames=-1).read(start, end) -> samples [end - start]
     energy_profile(reader, hop, block_samples)                            -> dB per hop [ceil(num_samples / hop)]
-    local_noise_floor(profile [F], reach_frames)                              -> dB [F]: the louder of the quietest
+    local_noise_floor(profile [F], reach_frames)                          -> dB [F]: the louder of the quietest
                                                                              points within reach before and after
     speech_runs(profile [F], threshold_db, reach_frames, min_pause_frames, min_speech_frames) -> [(first, end)]
     audible_span(profile [F], first_frame, end_frame)                     -> the frames in it above digital silence

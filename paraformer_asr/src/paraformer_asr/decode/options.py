@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from paraformer_asr.config import DECODE_METHODS, DecodeConfig, ModelConfig
+from paraformer_asr.config import DECODE_METHODS, DecodeConfig, ModelConfig, ctc_score_missing
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
@@ -110,17 +110,11 @@ def add_decoding_arguments(parser) -> None:
 
 
 def check_ctc_score(model: ModelConfig, method: str, length_candidates: int) -> None:
-    """ConfigError naming --ctc-score-weight unless a CTC score has hypotheses to rank: a CTC head
-    (``model.ctc_weight > 0``) and the length candidates of a Paraformer, or the beams of the autoregressive
-    baseline."""
-    if model.ctc_weight <= 0:
-        raise ConfigError("--ctc-score-weight needs a model trained with a CTC head (this one: model.ctc_weight "
-                          f"{model.ctc_weight:g}); use 0")
-    if model.type == "paraformer" and length_candidates == 0:
-        raise ConfigError("--ctc-score-weight with a Paraformer ranks its length candidates: it needs "
-                          "--length-candidates > 0")
-    if model.type == "transformer_ar" and method != "beam":
-        raise ConfigError("--ctc-score-weight with the autoregressive baseline ranks its beams: it needs --decode beam")
+    """ConfigError naming --ctc-score-weight unless a CTC score has hypotheses to rank
+    (:func:`paraformer_asr.config.ctc_score_missing`)."""
+    missing = ctc_score_missing(model, method, length_candidates)
+    if missing is not None:
+        raise ConfigError(f"--ctc-score-weight needs {missing}; use 0")
 
 
 def decoding_options(args) -> DecodingOptions:
