@@ -1,4 +1,4 @@
-"""Log-mel front end, global normalisation and SpecAugment."""
+"""Log-mel front end, global normalisation, SpecAugment and the voice perturbation."""
 
 import math
 
@@ -10,6 +10,7 @@ from paraformer_asr.data.frontend import (
     FeatureNormalizer,
     LogMelFrontend,
     SpecAugment,
+    VoicePerturb,
     hz_to_mel,
     mel_filterbank,
     mel_to_hz,
@@ -151,3 +152,71 @@ def test_spec_augment_time_width_capped_by_short_utterances():
     )
     assert out.shape == (4, 8)
     np.testing.assert_array_equal((out == 0).all(dim=1).numpy() | (out == 1).all(dim=1).numpy(), True)
+
+
+def reference_warp(features: torch.Tensor, centres_hz: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Plain loop over channels: channel j reads the spectrum at centres_hz[j] / alpha, interpolated linearly in mel
+    between the two channels around it (the first or last channel outside their range)."""
+    centres_mel = [float(hz_to_mel(torch.tensor(float(f), dtype=torch.float64))) for f in centres_hz]
+    out = torch.empty_like(features)
+    for j in range(features.shape[1]):
+        wanted = float(hz_to_mel(torch.tensor(float(centres_hz[j]) / alpha, dtype=torch.float64)))
+        if wanted <= centres_mel[0]:
+            out[:, j] = features[:, 0]
+        elif wanted >= centres_mel[-1]:
+            out[:, j] = features[:, -1]
+        else:
+            k = max(i for i in range(len(centres_mel)) if centres_mel[i] <= wanted)
+            weight = (wanted - centres_mel[k]) / (centres_mel[k + 1] - centres_mel[k])
+            out[:, j] = features[:, k] * (1 - weight) + features[:, k + 1] * weight
+    return out
+
+
+@pytest.mark.parametrize("alpha", [0.87, 0.95, 1.0, 1.06, 1.12])
+def test_frequency_warp_matches_a_per_channel_loop(alpha):
+    frontend = LogMelFrontend(n_mels=40)
+    features = torch.randn(7, 40, generator=torch.Generator().manual_seed(0))
+    perturb = VoicePerturb.for_frontend(frontend, max_warp=0.2)
+    torch.testing.assert_close(perturb.warp(features, alpha), reference_warp(features, frontend.centres_hz, alpha),
+                               rtol=0, atol=1e-5)
+
+
+def test_frequency_warp_moves_a_tone_as_a_higher_voice_would():
+    frontend = LogMelFrontend()
+    perturb = VoicePerturb.for_frontend(frontend, max_warp=0.2)
+    low = frontend(tone(1000.0, 16000)).mean(dim=0)  # [80]
+    high = frontend(tone(1150.0, 16000)).mean(dim=0)
+    warped = perturb.warp(frontend(tone(1000.0, 16000)), 1.15).mean(dim=0)
+    assert low.argmax() < high.argmax()
+    assert abs(int(warped.argmax()) - int(high.argmax())) <= 1
+    peaks_hz = mel_filterbank(80, 512, 16000).argmax(dim=0).double() * 16000 / 512  # each filter's peak FFT bin
+    assert (peaks_hz - frontend.centres_hz).abs().max() <= 16000 / 512  # within one FFT bin of the centres
+
+
+def test_envelope_level_term_is_a_gain_in_decibels():
+    frontend = LogMelFrontend()
+    waveform = tone(440.0, 8000) + 0.1 * torch.randn(8000, generator=torch.Generator().manual_seed(1))
+    gain_db = 20 * math.log10(2.0)  # twice the amplitude
+    level = VoicePerturb.envelope(torch.tensor([gain_db]), 80)  # [80]
+    torch.testing.assert_close(frontend(waveform) + level, frontend(2 * waveform), rtol=0, atol=1e-4)
+    tilt = VoicePerturb.envelope(torch.tensor([0.0, 6.0]), 80)  # a tilt: +6 dB at the low end, -6 dB at the top
+    assert (tilt[1:] < tilt[:-1]).all() and tilt[0] == pytest.approx(-tilt[-1])
+    assert float(tilt[0]) < 6.0 * math.log(10) / 10  # within the amplitude
+
+
+def test_voice_perturb_draws_within_bounds_deterministic_and_disabled_is_identity():
+    frontend = LogMelFrontend()
+    features = frontend(tone(700.0, 4000))
+    level_only = VoicePerturb.for_frontend(frontend, envelope_terms=1, envelope_max_db=6.0)
+    bound = 6.0 * math.log(10) / 10
+    shifts = [float((level_only(features, torch.Generator().manual_seed(s)) - features).mean()) for s in range(50)]
+    assert max(abs(x) for x in shifts) <= bound + 1e-5 and max(shifts) > bound / 2 and min(shifts) < -bound / 2
+    both = VoicePerturb.for_frontend(frontend, max_warp=0.1, envelope_terms=4, envelope_max_db=6.0)
+    first = both(features, torch.Generator().manual_seed(3))
+    assert first.shape == features.shape
+    assert torch.equal(first, both(features, torch.Generator().manual_seed(3)))
+    assert not torch.equal(first, both(features, torch.Generator().manual_seed(4)))
+    off = VoicePerturb.for_frontend(frontend)
+    assert not off.enabled and off(features, torch.Generator().manual_seed(3)) is features
+    with pytest.raises(ValueError, match="max_warp"):
+        VoicePerturb.for_frontend(frontend, max_warp=1.0)

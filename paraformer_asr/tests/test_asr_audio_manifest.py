@@ -1,5 +1,5 @@
 """JSON Lines manifests and ManifestDataset: parsing errors name file and line, skipping is counted, items,
-segments, word times, on-the-fly features and speed perturbation."""
+segments, word times, on-the-fly features, speed and voice perturbation."""
 
 import dataclasses
 import json
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
+from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.manifest import ManifestDataset, read_manifest
 from paraformer_asr.data.audio import write_audio
 from paraformer_asr.data.batching import Collator
@@ -149,6 +149,28 @@ def test_normalisation_and_spec_augment_per_item(tmp_path):
     assert not all(torch.equal(a, dataset[i]["features"]) for i, a in enumerate(first))
     dataset.set_epoch(0)
     assert all(torch.equal(a, dataset[i]["features"]) for i, a in enumerate(first))
+
+
+def test_voice_perturbation_per_item_before_normalisation_keeps_the_masks(tmp_path):
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1", "22", "333"])))
+    frontend = LogMelFrontend()
+    normalizer = FeatureNormalizer(torch.full((80,), -3.0), torch.full((80,), 2.0))
+    augment = SpecAugment(freq_masks=1, freq_width=5, time_masks=1, time_width=3)
+    level = VoicePerturb.for_frontend(frontend, envelope_terms=1, envelope_max_db=6.0)  # one gain per item
+    masked = ManifestDataset(entries, DigitTokenizer(), frontend, normalizer, augment, seed=2)
+    perturbed = ManifestDataset(entries, DigitTokenizer(), frontend, normalizer, augment, seed=2, voice_perturb=level)
+    for epoch in (0, 1):
+        masked.set_epoch(epoch)
+        perturbed.set_epoch(epoch)
+        for index in range(3):
+            a, b = masked[index]["features"], perturbed[index]["features"]
+            assert torch.equal(a == 0, b == 0)  # the same SpecAugment masks: their draws are apart
+            shift = (b - a)[a != 0]  # a level in the log domain, divided by the normaliser's std
+            assert shift.numel() > 0 and float(shift.std()) < 1e-4 and float(shift.abs().mean()) > 1e-3
+            assert torch.equal(b, perturbed[index]["features"])  # a pure function of (seed, index, epoch)
+    first = [perturbed[i]["features"] for i in range(3)]
+    perturbed.set_epoch(0)
+    assert not all(torch.equal(a, perturbed[i]["features"]) for i, a in enumerate(first))
 
 
 def test_unreadable_audio_names_file_and_line_or_is_skipped(tmp_path, caplog):

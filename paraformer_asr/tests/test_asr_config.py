@@ -37,6 +37,8 @@ BAD_CONFIGS = [
     ({"data": {"toy": {"alphabet": "aab"}}}, "config key 'data.toy.alphabet' must be free of repeated"),
     ({"data": {"toy": {"min_tokens": 5, "max_tokens": 2}}}, "config key 'data.toy.max_tokens'"),
     ({"run": {"device": "tpu"}}, "config key 'run.device' must be one of"),
+    ({"data": {"voice_perturb": {"max_warp": 1.2}}}, "config key 'data.voice_perturb.max_warp' must be in [0, 1)"),
+    ({"data": {"voice_perturb": {"envelope_max_db": -3}}}, "config key 'data.voice_perturb.envelope_max_db' must be"),
 ]
 
 

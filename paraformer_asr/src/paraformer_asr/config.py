@@ -74,6 +74,16 @@ class SpecAugmentConfig:
 
 
 @dataclass
+class VoicePerturbConfig:
+    """Random voice differences on the log-mel features, training only (data/frontend.py, VoicePerturb); all
+    zeros = off."""
+
+    max_warp: float = 0.0  # frequency warp alpha ~ U(1 - max_warp, 1 + max_warp), e.g. 0.1
+    envelope_terms: int = 0  # cosine terms of the random spectral envelope (0 level, 1 tilt, ...), e.g. 4
+    envelope_max_db: float = 0.0  # largest amplitude of each term in dB, e.g. 6
+
+
+@dataclass
 class DataConfig:
     kind: str = field(default="toy", metadata=_choices("toy", "manifest"))
     toy: ToyDataConfig = field(default_factory=ToyDataConfig)
@@ -87,6 +97,7 @@ class DataConfig:
     tokenizer: str = field(default="char", metadata=_choices("char", "bpe", "unigram"))
     vocab_size: int = 256  # bpe / unigram: most token ids, specials included (a soft limit)
     speed_perturb: Optional[list[float]] = None  # e.g. [0.9, 1.0, 1.1]: one factor per training item and epoch
+    voice_perturb: VoicePerturbConfig = field(default_factory=VoicePerturbConfig)
 
 
 @dataclass
@@ -329,6 +340,10 @@ def validate(cfg: Config) -> Config:
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:
         _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", data.speed_perturb)
+    voice = data.voice_perturb
+    _require(0 <= voice.max_warp < 1, "data.voice_perturb.max_warp", "in [0, 1)", voice.max_warp)
+    _require(voice.envelope_terms >= 0, "data.voice_perturb.envelope_terms", ">= 0", voice.envelope_terms)
+    _require(voice.envelope_max_db >= 0, "data.voice_perturb.envelope_max_db", ">= 0", voice.envelope_max_db)
     _require(data.sample_rate >= 8000, "data.sample_rate", ">= 8000", data.sample_rate)
     _require(data.n_mels >= 1, "data.n_mels", ">= 1", data.n_mels)
     for key in ("freq_masks", "freq_width", "time_masks", "time_width"):

@@ -2,9 +2,11 @@
 
 Contracts:
     LogMelFrontend(...)(waveform [N])             -> log-mel features [T, n_mels], T = 1 + max(0, N - win) // hop
+    mel_band_edges(n_mels, sample_rate)           -> edges [n_mels + 2] Hz (filter m: m, m + 1, m + 2)
     mel_filterbank(n_mels, n_fft, sample_rate)    -> filters [n_fft // 2 + 1, n_mels]
     FeatureNormalizer(mean [F], std [F])(x [..., F]) -> (x - mean) / std, same shape
     SpecAugment(...)(features [T, F], generator)  -> masked copy [T, F]
+    VoicePerturb(...)(log_mel [T, F], generator)  -> perturbed copy [T, F] (before normalisation)
 
 Mel scale: HTK, ``mel(f) = 2595 * log10(1 + f / 700)``; triangular filters with peak 1, centres equally spaced in mel
 between ``f_min`` and ``f_max``.
@@ -32,21 +34,22 @@ def mel_to_hz(mel: torch.Tensor) -> torch.Tensor:
     return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
 
 
+def mel_band_edges(n_mels: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None) -> torch.Tensor:
+    """[n_mels + 2] float64 Hz, equally spaced in mel: filter m's lower edge, centre and upper edge are entries m,
+    m + 1 and m + 2."""
+    f_max = sample_rate / 2 if f_max is None else f_max
+    if not 0.0 <= f_min < f_max <= sample_rate / 2:
+        raise ValueError(f"need 0 <= f_min < f_max <= sample_rate / 2, got f_min={f_min}, f_max={f_max}")
+    limits = hz_to_mel(torch.tensor([f_min, f_max], dtype=torch.float64))  # [2]
+    return mel_to_hz(torch.linspace(float(limits[0]), float(limits[1]), n_mels + 2, dtype=torch.float64))
+
+
 def mel_filterbank(
     n_mels: int, n_fft: int, sample_rate: int, f_min: float = 0.0, f_max: float | None = None
 ) -> torch.Tensor:
     """Triangular HTK-mel filters over the rfft bins. Returns [n_fft // 2 + 1, n_mels] float32, peak value <= 1."""
-    f_max = sample_rate / 2 if f_max is None else f_max
-    if not 0.0 <= f_min < f_max <= sample_rate / 2:
-        raise ValueError(f"need 0 <= f_min < f_max <= sample_rate / 2, got f_min={f_min}, f_max={f_max}")
     bin_hz = torch.linspace(0.0, sample_rate / 2, n_fft // 2 + 1, dtype=torch.float64)  # [n_freqs]
-    edges_mel = torch.linspace(
-        hz_to_mel(torch.tensor(f_min, dtype=torch.float64)).item(),
-        hz_to_mel(torch.tensor(f_max, dtype=torch.float64)).item(),
-        n_mels + 2,
-        dtype=torch.float64,
-    )
-    edges_hz = mel_to_hz(edges_mel)  # [n_mels + 2]: lower edge, centre, upper edge of filter m at m, m+1, m+2
+    edges_hz = mel_band_edges(n_mels, sample_rate, f_min, f_max)  # [n_mels + 2]
     lower, centre, upper = edges_hz[:-2], edges_hz[1:-1], edges_hz[2:]  # [n_mels] each
     rising = (bin_hz[:, None] - lower[None, :]) / (centre - lower)[None, :]  # [n_freqs, n_mels]
     falling = (upper[None, :] - bin_hz[:, None]) / (upper - centre)[None, :]
@@ -91,6 +94,7 @@ class LogMelFrontend:
         window = torch.hann_window(self.win_length, periodic=True, dtype=torch.float32)
         self.window = torch.nn.functional.pad(window, (0, self.n_fft - self.win_length))  # [n_fft]
         self.filters = mel_filterbank(self.n_mels, self.n_fft, self.sample_rate, f_min, f_max)  # [n_freqs, n_mels]
+        self.centres_hz = mel_band_edges(self.n_mels, self.sample_rate, f_min, f_max)[1:-1]  # [n_mels] filter peaks
 
     def num_frames(self, num_samples: int) -> int:
         """Frame count T for a waveform of ``num_samples`` samples."""
@@ -233,3 +237,69 @@ def _band_mask(size: int, count: int, max_width: int, generator: torch.Generator
     positions = torch.arange(size)  # [size]
     inside = (positions[None, :] >= starts[:, None]) & (positions[None, :] < (starts + widths)[:, None])
     return inside.any(dim=0)
+
+
+class VoicePerturb:
+    """What differs between two voices (or microphones) saying the same words, drawn at random for one utterance's
+    log-mel features [T, F] (before normalisation; training only).
+
+    - **Frequency warp** (vocal-tract length perturbation): every frequency scaled by ``alpha ~ U(1 - max_warp,
+      1 + max_warp)``, so formants and harmonics move together; channel j, centred at ``f_j`` Hz, takes the value the
+      spectrum had at ``f_j / alpha``, linearly interpolated between channels on the mel axis (clamped at the
+      edges). Unlike speed perturbation it leaves the tempo alone.
+    - **Spectral envelope**: a smooth gain added across the channels, ``sum_k a_k cos(pi k (j + 0.5) / F)`` for
+      k = 0 .. ``envelope_terms`` - 1 (k = 0 a level, 1 a tilt, higher ones broad coloration), each amplitude
+      ``a_k ~ U(-envelope_max_db, envelope_max_db)`` dB, converted to the log-mel's natural-log units.
+
+    All randomness comes from the given generator; with nothing enabled the features come back unchanged.
+    """
+
+    def __init__(self, centres_hz: torch.Tensor, max_warp: float = 0.0, envelope_terms: int = 0,
+                 envelope_max_db: float = 0.0) -> None:
+        if not 0.0 <= max_warp < 1.0:
+            raise ValueError(f"VoicePerturb max_warp must be in [0, 1), got {max_warp}")
+        if envelope_terms < 0 or envelope_max_db < 0:
+            raise ValueError(f"VoicePerturb envelope_terms and envelope_max_db must be >= 0, "
+                             f"got {envelope_terms} and {envelope_max_db}")
+        self.centres_mel = hz_to_mel(torch.as_tensor(centres_hz, dtype=torch.float64))  # [F]
+        self.max_warp = float(max_warp)
+        self.envelope_terms = int(envelope_terms)
+        self.envelope_max_db = float(envelope_max_db)
+
+    @classmethod
+    def for_frontend(cls, frontend: LogMelFrontend, max_warp: float = 0.0, envelope_terms: int = 0,
+                     envelope_max_db: float = 0.0) -> VoicePerturb:
+        """The perturbation of ``frontend``'s features: channel centres where its filters peak."""
+        return cls(frontend.centres_hz, max_warp, envelope_terms, envelope_max_db)
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_warp > 0 or (self.envelope_terms > 0 and self.envelope_max_db > 0)
+
+    def __call__(self, features: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        assert_shape(features, f"T,{self.centres_mel.shape[0]}", name="VoicePerturb input")
+        if self.max_warp > 0:
+            alpha = 1.0 + self.max_warp * (2.0 * torch.rand((), generator=generator, dtype=torch.float64) - 1.0)
+            features = self.warp(features, alpha)
+        if self.envelope_terms > 0 and self.envelope_max_db > 0:
+            amplitudes_db = self.envelope_max_db * (2.0 * torch.rand(self.envelope_terms, generator=generator) - 1.0)
+            features = features + self.envelope(amplitudes_db, features.shape[1])[None, :]
+        return features
+
+    def warp(self, features: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
+        """features [T, F] -> [T, F] with every frequency scaled by ``alpha`` (see the class)."""
+        centres = self.centres_mel  # [F], equally spaced
+        step = centres[1] - centres[0]
+        source_hz = mel_to_hz(centres) / alpha  # [F]: where each channel reads the unwarped spectrum
+        position = ((hz_to_mel(source_hz) - centres[0]) / step).clamp(0, centres.shape[0] - 1)  # [F] channel index
+        lower = position.floor().long().clamp(max=centres.shape[0] - 2)  # [F]
+        weight = (position - lower).to(features.dtype)  # [F] in [0, 1]
+        return features[:, lower] * (1 - weight) + features[:, lower + 1] * weight
+
+    @staticmethod
+    def envelope(amplitudes_db: torch.Tensor, num_channels: int) -> torch.Tensor:
+        """amplitudes [K] dB -> the gain curve [num_channels] in natural-log power units."""
+        orders = torch.arange(amplitudes_db.shape[0], dtype=torch.float32)  # [K]
+        channels = torch.arange(num_channels, dtype=torch.float32) + 0.5  # [F]
+        cosines = torch.cos(torch.pi * orders[:, None] * channels[None, :] / num_channels)  # [K, F]
+        return (amplitudes_db.float() @ cosines) * (torch.log(torch.tensor(10.0)) / 10.0)

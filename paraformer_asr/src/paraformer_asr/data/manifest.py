@@ -36,7 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 from paraformer_asr.data.audio import audio_info, load_audio, segment_frames
-from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
+from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.resample import speed_perturb
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.errors import DataError
@@ -44,6 +44,7 @@ from paraformer_asr.errors import DataError
 logger = logging.getLogger("paraformer_asr")
 
 _SPEED_STREAM = 1  # keeps the speed draws apart from SpecAugment's in the per-item seed
+_VOICE_STREAM = 2  # and the voice perturbation's, so enabling one leaves the others' draws as they were
 
 
 @dataclass(frozen=True)
@@ -179,9 +180,9 @@ class ManifestDataset(Dataset):
     batching); unreadable headers stop with a DataError naming ``manifest:line`` or, with ``skip_bad_files``, are
     skipped and counted. An item decodes its audio (or its segment), resamples it to the front end's rate,
     applies speed perturbation when ``speed_factors`` are given (one factor drawn per item and epoch), computes the
-    log-mel features, then normalises them and applies SpecAugment. All randomness is a pure function of
-    (seed, index, epoch); call :meth:`set_epoch` each epoch (with DataLoader workers, before the loader is
-    iterated, without ``persistent_workers``).
+    log-mel features, perturbs the voice (``voice_perturb``), then normalises them and applies SpecAugment. All
+    randomness is a pure function of (seed, index, epoch); call :meth:`set_epoch` each epoch (with DataLoader
+    workers, before the loader is iterated, without ``persistent_workers``).
     """
 
     def __init__(
@@ -194,10 +195,12 @@ class ManifestDataset(Dataset):
         skip_bad_files: bool = False,
         seed: int = 0,
         speed_factors: Sequence[float] = (),
+        voice_perturb: VoicePerturb | None = None,
     ) -> None:
         self.frontend = frontend
         self.normalizer = normalizer
         self.spec_augment = spec_augment
+        self.voice_perturb = voice_perturb
         self.speed_factors = [float(f) for f in speed_factors]
         self.seed = int(seed)
         self.entries: list[ManifestEntry] = []
@@ -280,6 +283,8 @@ class ManifestDataset(Dataset):
         if factor != 1.0:
             waveform = speed_perturb(waveform, self.frontend.sample_rate, factor)  # [~N / factor]
         features = self.frontend(waveform)  # [T, n_mels]
+        if self.voice_perturb is not None and self.voice_perturb.enabled:
+            features = self.voice_perturb(features, self._generator(index, _VOICE_STREAM))
         if self.normalizer is not None:
             features = self.normalizer(features)
         if self.spec_augment is not None and self.spec_augment.enabled:
@@ -303,6 +308,7 @@ class ManifestDataset(Dataset):
         except DataError as err:
             raise DataError(f"{entry.where}: {err}") from None
 
-    def _generator(self, index: int) -> torch.Generator:
-        state = np.random.SeedSequence([self.seed, index, self.epoch]).generate_state(1, dtype=np.uint64)[0]
+    def _generator(self, index: int, *stream: int) -> torch.Generator:
+        """Item ``index``'s generator this epoch (SpecAugment's; another ``stream`` for other draws)."""
+        state = np.random.SeedSequence([self.seed, index, self.epoch, *stream]).generate_state(1, dtype=np.uint64)[0]
         return torch.Generator().manual_seed(int(state))

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from paraformer_asr.config import Config
 from paraformer_asr.data.batching import Collator, LengthBucketBatchSampler
-from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment
+from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.manifest import ManifestDataset, read_manifest
 from paraformer_asr.data.tokenizer import Tokenizer, build_tokenizer
 from paraformer_asr.data.toy import ToySeq2SeqDataset
@@ -43,14 +43,19 @@ def make_frontend(cfg: Config):
 
 def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalizer: Any,
                      training: bool = False) -> Dataset:
-    """A ManifestDataset over ``manifest`` (speed perturbation and SpecAugment only when ``training``)."""
+    """A ManifestDataset over ``manifest`` (speed and voice perturbation and SpecAugment only when ``training``)."""
     entries = read_manifest(manifest, skip_bad_files=cfg.data.skip_bad_files)
     check_vocabulary([e.text for e in entries], tokenizer, manifest)
     spec = cfg.data.spec_augment
     augment = SpecAugment(spec.freq_masks, spec.freq_width, spec.time_masks, spec.time_width) if training else None
     speed_factors = (cfg.data.speed_perturb or []) if training else []
-    return ManifestDataset(entries, tokenizer, make_frontend(cfg), normalizer=normalizer, spec_augment=augment,
-                           skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed, speed_factors=speed_factors)
+    frontend = make_frontend(cfg)
+    voice = cfg.data.voice_perturb
+    voice_perturb = VoicePerturb.for_frontend(frontend, voice.max_warp, voice.envelope_terms,
+                                              voice.envelope_max_db) if training else None
+    return ManifestDataset(entries, tokenizer, frontend, normalizer=normalizer, spec_augment=augment,
+                           skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed, speed_factors=speed_factors,
+                           voice_perturb=voice_perturb)
 
 
 def check_vocabulary(texts: list[str], tokenizer: Tokenizer, source: str) -> None:
