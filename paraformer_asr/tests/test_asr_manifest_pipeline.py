@@ -132,10 +132,11 @@ def test_bpe_run_on_flac_is_read_by_eval_and_infer_from_the_checkpoint_alone(tmp
 
 
 @pytest.mark.slow
-def test_resume_with_speed_perturbation_matches_an_uninterrupted_run(tmp_path, monkeypatch):
+def test_resume_with_speed_and_voice_perturbation_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     manifest = _write_corpus(tmp_path, ["ab", "ba", "abc", "cab", "bca", "ca", "ac", "cb", "abca", "cbab"])
     raw = _raw_config(manifest, speed_perturb=[0.9, 1.0, 1.1],
+                      voice_perturb={"max_warp": 0.1, "envelope_terms": 4, "envelope_max_db": 6.0},
                       spec_augment={"freq_masks": 1, "freq_width": 3, "time_masks": 1, "time_width": 3})
     raw["train"].update({"epochs": 2, "max_steps": None, "checkpoint_every": 1, "plot_utterances": 0})
     reference = train(config_from_dict({**raw, "run": {**raw["run"], "output_dir": "reference"}}))
