@@ -37,7 +37,10 @@ BAD_CONFIGS = [
     ({"data": {"toy": {"alphabet": "aab"}}}, "config key 'data.toy.alphabet' must be free of repeated"),
     ({"data": {"toy": {"min_tokens": 5, "max_tokens": 2}}}, "config key 'data.toy.max_tokens'"),
     ({"run": {"device": "tpu"}}, "config key 'run.device' must be one of"),
-    ({"data": {"voice_perturb": {"max_warp": 1.2}}}, "config key 'data.voice_perturb.max_warp' must be in [0, 1)"),
+    ({"data": {"kind": "manifest", "train_manifest": "t.jsonl", "val_manifest": "v.jsonl",
+               "voice_perturb": {"max_warp": 1.2}}}, "config key 'data.voice_perturb.max_warp' must be in [0, 1)"),
+    ({"data": {"voice_perturb": {"envelope_terms": 4, "envelope_max_db": 6}}},
+     "config key 'data.voice_perturb' must be off (zeros) for toy data"),
     ({"data": {"voice_perturb": {"envelope_max_db": -3}}}, "config key 'data.voice_perturb.envelope_max_db' must be"),
 ]
 

@@ -353,6 +353,8 @@ def validate(cfg: Config) -> Config:
     if data.kind == "toy":
         _require(not data.speed_perturb, "data.speed_perturb", "null for toy data (it resamples audio)",
                  data.speed_perturb)
+        _require(voice.max_warp == 0 and voice.envelope_terms * voice.envelope_max_db == 0,
+                 "data.voice_perturb", "off (zeros) for toy data (it perturbs log-mel features)", voice)
         toy = data.toy
         min_frames = toy.min_tokens * toy.min_frames_per_token
         needed = MIN_INPUT_FRAMES[cfg.subsampling_factor]
