@@ -252,13 +252,14 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
 
 
 def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_size():
-    from paraformer_asr.decode.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHTS, LM_WEIGHTS, decoding_grid
+    from paraformer_asr.decode.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHTS, DEFAULT_SPREAD, LM_WEIGHTS, decoding_grid
 
     section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5"]).decode
     grid = decoding_grid(section)
     assert len(grid) == 1 + len(COUNT_PRIORS) * (1 + len(LM_WEIGHTS))
     assert (grid[0].method, grid[0].lm_order, grid[0].length_candidates) == ("greedy", 0, 0)
-    assert all(s.length_candidates == 3 and s.lm_order == 6 and s.beam_size == 5 for s in grid[1 + len(COUNT_PRIORS):])
+    assert all(s.length_candidates == DEFAULT_SPREAD and s.lm_order == 6 and s.beam_size == 5
+               for s in grid[1 + len(COUNT_PRIORS):])
     assert {(s.lm_weight, s.count_prior) for s in grid if s.method == "beam"} == {
         (w, p) for w in LM_WEIGHTS for p in COUNT_PRIORS}
     assert {s.ctc_score_weight for s in grid} == {0.0}
