@@ -1,12 +1,15 @@
 """Choose a Paraformer checkpoint's decoding on its validation set and write it into a checkpoint:
 
     python scripts/tune_decoding.py --checkpoint RUN_DIR_OR_CKPT --out tuned.pt [--split val] [--table grid.md]
+        [--length-candidates K]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
 n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, each of those
 also with the CTC score of every hypothesis; decode/tuning.py) decodes the split, and
 the simplest one within 0.1 CER points of the lowest becomes the checkpoint's ``decode`` config section, which
 eval.py, infer.py and serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
+The length candidates are N +- 1..K, K from --length-candidates, else the checkpoint's decode section (a tuned
+checkpoint holds the spread it was tuned with), else decode/tuning.py's ``DEFAULT_SPREAD``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
-from paraformer_asr.decode.tuning import grid_table, tune_checkpoint
+from paraformer_asr.decode.tuning import DEFAULT_SPREAD, grid_table, tune_checkpoint
 from paraformer_asr.training.checkpointing import save_checkpoint
 
 
@@ -28,8 +31,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the split to choose on (the validation set: the test set would be in-sample)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--table", help="also write the grid's scores as a Markdown table here")
+    parser.add_argument("--length-candidates", type=int, default=None, metavar="K",
+                        help="the spread of the length candidates the grid tries (default: the checkpoint's "
+                             f"decode.length_candidates, else {DEFAULT_SPREAD})")
     args = parser.parse_args(argv)
-    payload, best, rows = tune_checkpoint(args.checkpoint, args.split, args.batch_size)
+    payload, best, rows = tune_checkpoint(args.checkpoint, args.split, args.batch_size,
+                                          spread=args.length_candidates)
     save_checkpoint(payload, args.out)
     table = grid_table(rows)
     if args.table:

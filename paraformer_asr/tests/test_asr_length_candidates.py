@@ -271,6 +271,22 @@ def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_siz
     assert with_ctc.index(greedy_with_ctc[0]) < min(with_ctc.index(s) for s in with_ctc if s.method == "beam")
 
 
+def test_tune_decoding_tries_the_spread_it_is_given_and_refuses_one_below_1(tmp_path, tone_checkpoint, capsys):
+    from paraformer_asr.cli import run_main
+    from paraformer_asr.inference import load_model
+
+    tune = load_script("tune_decoding")
+    out, table = tmp_path / "tuned.pt", tmp_path / "grid.md"
+    common = ["--checkpoint", str(tone_checkpoint), "--out", str(out), "--table", str(table)]
+    assert run_main(tune.main, common + ["--length-candidates", "2"]) == 0
+    spreads = [int(line.split("|")[5]) for line in table.read_text().splitlines()[2:]]
+    assert spreads[0] == 0 and set(spreads[1:]) == {2}  # one-pass greedy first, every other setting +- 2
+    assert load_model(out, "torch", "cpu", 1)[0].cfg.decode.length_candidates in (0, 2)
+    capsys.readouterr()
+    assert run_main(tune.main, common + ["--length-candidates", "0"]) == 2
+    assert "--length-candidates) must be >= 1, got 0" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_path):
     from paraformer_asr.decode.tuning import decoding_grid

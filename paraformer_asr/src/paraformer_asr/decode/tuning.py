@@ -14,7 +14,8 @@ a validation set is noise, and a near-tie should not buy a more specific setting
 
 with c = 0, and c in CTC_SCORE_WEIGHTS too for a model with a CTC head (its log-likelihood of each hypothesis, per
 token, added to the candidates' scores), all with c = 0 first; with the section's ``beam_size``, ``lm_order``
-(DEFAULT_LM_ORDER when it has none) and ``length_candidates`` (DEFAULT_SPREAD when 0). Scores on the validation set
+(DEFAULT_LM_ORDER when it has none) and ``length_candidates`` (DEFAULT_SPREAD when 0; a tuned checkpoint's section
+holds its chosen spread, so tuning it again keeps that spread unless one is given). Scores on the validation set
 are then in-sample for the choice; report the test split.
 """
 
@@ -41,10 +42,13 @@ DEFAULT_SPREAD = 5
 TIE_TOLERANCE = 0.001  # CER, absolute: 0.1 points
 
 
-def decoding_grid(section: DecodeConfig, ctc_head: bool = False) -> list[DecodeConfig]:
+def decoding_grid(section: DecodeConfig, ctc_head: bool = False, spread: int | None = None) -> list[DecodeConfig]:
     """The settings tried, simplest first (see the module docstring), with CTC scores for a model with a
-    ``ctc_head``; ``tune`` stays as the section has it."""
-    spread = section.length_candidates or DEFAULT_SPREAD
+    ``ctc_head`` and length candidates +- ``spread`` (default: the section's, else DEFAULT_SPREAD); ``tune`` stays as
+    the section has it."""
+    if spread is not None and spread < 1:
+        raise ConfigError(f"the spread of the length candidates (--length-candidates) must be >= 1, got {spread}")
+    spread = spread or section.length_candidates or DEFAULT_SPREAD
     order = section.lm_order or DEFAULT_LM_ORDER
     ctc_weights = (0.0, *CTC_SCORE_WEIGHTS) if ctc_head else (0.0,)
     plain = dataclasses.replace(section, method="greedy", lm_order=0, length_candidates=0, count_prior=0.0,
@@ -58,11 +62,11 @@ def decoding_grid(section: DecodeConfig, ctc_head: bool = False) -> list[DecodeC
     return grid
 
 
-def tune_decoding(loaded, loader, device: torch.device) -> tuple[DecodeConfig, list[dict]]:
+def tune_decoding(loaded, loader, device: torch.device, spread: int | None = None) -> tuple[DecodeConfig, list[dict]]:
     """Decode ``loader`` (the validation set) with every setting of :func:`decoding_grid` around
-    ``loaded.cfg.decode`` -> (the chosen setting (:func:`choose`), one row per setting: its fields plus cer, wer and
-    chosen)."""
-    grid = decoding_grid(loaded.cfg.decode, ctc_head=loaded.cfg.model.ctc_weight > 0)
+    ``loaded.cfg.decode`` (length candidates +- ``spread`` when given) -> (the chosen setting (:func:`choose`), one
+    row per setting: its fields plus cer, wer and chosen)."""
+    grid = decoding_grid(loaded.cfg.decode, ctc_head=loaded.cfg.model.ctc_weight > 0, spread=spread)
     lms = {order: build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, order)
            for order in {setting.lm_order for setting in grid if setting.lm_order > 0}}
     rows = []
@@ -86,11 +90,11 @@ def choose(cers: list[float]) -> int:
     return next(index for index, cer in enumerate(cers) if cer <= lowest + TIE_TOLERANCE)
 
 
-def tune_checkpoint(path, split: str = "val", batch_size: int = 64,
-                    device: torch.device | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
-    """:func:`tune_decoding` for a checkpoint file or run folder on its ``split`` -> (its payload with the chosen
-    ``decode`` section in its config and a ``decoding_tuned_on`` record, the choice, the grid's rows).
-    ConfigError for a model without the CIF (nothing to tune)."""
+def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torch.device | None = None,
+                    spread: int | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
+    """:func:`tune_decoding` for a checkpoint file or run folder on its ``split`` (length candidates +- ``spread``
+    when given) -> (its payload with the chosen ``decode`` section in its config and a ``decoding_tuned_on`` record,
+    the choice, the grid's rows). ConfigError for a model without the CIF (nothing to tune)."""
     device = device or torch.device("cpu")
     checkpoint = resolve_eval_checkpoint(path)
     payload = load_checkpoint(checkpoint)
@@ -99,7 +103,7 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64,
         raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer with the CIF predictor (this one: "
                           f"{loaded.cfg.model.type}, predictor {loaded.cfg.model.predictor!r})")
     loader = evaluation_loader(loaded, split, None, batch_size)
-    best, rows = tune_decoding(loaded, loader, device)
+    best, rows = tune_decoding(loaded, loader, device, spread)
     payload["config"]["decode"] = dataclasses.asdict(best)
     payload["decoding_tuned_on"] = {"data": evaluation_manifest(loaded, split, None) or f"toy:{split}",
                                     "utterances": len(loader.dataset)}
