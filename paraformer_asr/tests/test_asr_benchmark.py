@@ -110,3 +110,10 @@ def test_decoding_labels_name_the_ctc_score_for_candidates_and_for_beams():
     row.update(lm_order=6, lm_weight=1.0, length_candidates=3, ctc_score_weight=0.5, config_decoding=False)
     assert decoding_label(row) == "beam 4 + LM 6 (1), length candidates 3 + CTC score (0.5)"
     assert decoding_label({**row, "ctc_score_weight": 0.0}) == "beam 4 + LM 6 (1), length candidates 3"
+
+
+def test_rows_name_a_run_by_its_folder_and_a_loose_checkpoint_by_its_file():
+    from paraformer_asr.benchmarks.decoding import run_name
+
+    assert run_name("/runs/20261125_073255_P/checkpoints/best.pt") == "20261125_073255_P"
+    assert run_name("/work/exp/tuned.pt") == "tuned.pt"

@@ -202,8 +202,10 @@ def decoding_label(row: dict) -> str:
 
 
 def run_name(checkpoint: str) -> str:
-    """RUN/checkpoints/best.pt -> RUN's folder name."""
-    return Path(checkpoint).parent.parent.name
+    """RUN/checkpoints/best.pt -> RUN's folder name; a checkpoint elsewhere (e.g. tuned.pt of tune_decoding.py) ->
+    its file name."""
+    path = Path(checkpoint)
+    return path.parent.parent.name if path.parent.name == "checkpoints" else path.name
 
 
 def backend_name(row: dict) -> str:
