@@ -14,8 +14,11 @@ Estimation (Chen & Goodman's interpolated Kneser-Ney with one discount per order
     with P_0 uniform over the predictable tokens, and P_m(w | h) = P_{m-1}(w | h[1:]) when h was never seen.
 
 After fitting, the full interpolated distribution of every seen context (of every length 0 .. order-1) is stored as
-one row of a dense log-probability table [num_contexts, V]; a query finds the longest seen suffix of its history by
-binary search over integer-encoded contexts (vectorised over the batch, one step per order), then gathers rows.
+one row of a dense log-probability table [num_contexts, V], shortest contexts first. A context of k tokens is
+encoded as an integer in base V (its newest token least significant) plus the offset V^0 + ... + V^(k-1), so the
+keys of all lengths form one sorted array whose positions are the table's rows. A query encodes every suffix of
+its history at once (a cumulative sum), finds them all with one binary search, and takes the longest seen one: the
+highest position found.
 
 Contract: log_probs(histories int64 [B, H]) -> float32 [B, V]; logsumexp over the predictable tokens is 0; ``pad``,
 ``bos`` and ``exclude_ids`` get -inf. Histories are right-aligned (the last column is the previous token) and may be
@@ -68,9 +71,12 @@ class TokenNgramLM:
         self.predictable = predictable  # [V]
         self.ngram_counts: dict[tuple[int, ...], int] = {}
         self.discounts: list[float] = []  # D_1 .. D_order
-        self._context_keys: list[torch.Tensor] = []  # per context length k: sorted int64 keys [num_contexts_k]
-        self._row_offsets: list[int] = []  # per context length k: first row of its contexts in the table
-        self._table: torch.Tensor | None = None  # [num_contexts, V] log-probabilities
+        context_length = self.order - 1
+        self._suffix_powers = vocab_size ** torch.arange(context_length, dtype=torch.int64)  # [order - 1]: V^j
+        self._length_offsets = torch.cat([torch.zeros(1, dtype=torch.int64),
+                                          self._suffix_powers.cumsum(0)])  # [order]: V^0 + ... + V^(k-1)
+        self._context_keys: torch.Tensor | None = None  # [num_contexts] sorted int64: encoded key + length offset
+        self._table: torch.Tensor | None = None  # [num_contexts, V] log-probabilities, rows as the keys
 
     # ----------------------------------------------------------------------------------------------- estimation
     def fit(self, sequences: Iterable[Sequence[int]]) -> TokenNgramLM:
@@ -109,9 +115,7 @@ class TokenNgramLM:
             keys_per_length.append(keys)
             rows_per_length.append(rows)
             lower_rows, lower_keys = rows, keys
-        self._context_keys = keys_per_length
-        sizes = [len(keys) for keys in keys_per_length]
-        self._row_offsets = [sum(sizes[:k]) for k in range(len(sizes))]
+        self._context_keys = torch.cat([keys + self._length_offsets[k] for k, keys in enumerate(keys_per_length)])
         self._table = torch.cat(rows_per_length).log().float()  # zeros (unpredictable tokens) become -inf
 
     def _adjusted_counts(self) -> list[dict[tuple[int, ...], int]]:
@@ -163,20 +167,18 @@ class TokenNgramLM:
         histories = histories.long().cpu()
         if histories.numel() and (histories.min() < 0 or histories.max() >= self.vocab_size):
             raise ValueError(f"history token ids must be in [0, {self.vocab_size})")
-        batch = histories.shape[0]
         context_length = self.order - 1
-        rows = torch.zeros(batch, dtype=torch.int64)  # unigram row: the empty context always exists
-        if context_length > 0:
-            start = torch.full((batch, context_length), self.bos_id, dtype=torch.int64)
-            contexts = torch.cat([start, histories], dim=1)[:, -context_length:]  # [B, order - 1]
-            contexts = contexts.masked_fill(contexts == self.pad_id, self.bos_id)
-            for k in range(1, context_length + 1):  # longer seen suffixes override shorter ones
-                powers = self.vocab_size ** torch.arange(k - 1, -1, -1, dtype=torch.int64)  # [k]
-                query = (contexts[:, -k:] * powers).sum(dim=1)  # [B]
-                keys = self._context_keys[k]
-                position = torch.searchsorted(keys, query).clamp(max=keys.numel() - 1)  # [B]
-                found = keys[position] == query
-                rows = torch.where(found, self._row_offsets[k] + position, rows)
+        if context_length == 0:
+            return table[torch.zeros(histories.shape[0], dtype=torch.int64)]  # [B, V]: the unigram row
+        start = torch.full((histories.shape[0], context_length), self.bos_id, dtype=torch.int64)
+        contexts = torch.cat([start, histories], dim=1)[:, -context_length:]  # [B, order - 1], newest last
+        contexts = contexts.masked_fill(contexts == self.pad_id, self.bos_id)
+        suffixes = (contexts.flip(1) * self._suffix_powers).cumsum(dim=1)  # [B, order - 1]: the last 1, 2, .. tokens
+        queries = suffixes + self._length_offsets[1:]  # [B, order - 1]
+        keys = self._context_keys
+        position = torch.searchsorted(keys, queries).clamp(max=keys.numel() - 1)  # [B, order - 1]
+        found = keys[position] == queries
+        rows = torch.where(found, position, 0).amax(dim=1)  # [B]: the longest seen suffix (row 0: no context)
         return table[rows]  # [B, V]
 
     def score_sequence(self, tokens: Sequence[int], include_eos: bool = True) -> float:
