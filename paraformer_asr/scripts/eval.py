@@ -7,8 +7,9 @@ count_error_mean (mean predicted - reference token count), num_utterances, rtf (
 input; 10 ms a frame for toy features), and, for a
 Paraformer on a manifest with timed words (make_speech_corpus.py --word-times), word_boundary_mae_ms and
 word_boundary_words. For a Paraformer, oracle_length_cer: the CER had every token count been right (utterances
-counted wrong are decoded again given the true count), which separates counting from recognising. --group-by KEY
-adds "groups": the scores of each value of the manifest field KEY (e.g. speaker or accent).
+counted wrong are decoded again given the true count, by the same search), which separates counting from
+recognising. --group-by KEY adds "groups": the scores of each value of the manifest field KEY (e.g. speaker or
+accent).
 The default split is test when the config has one, else val. A checkpoint records the set its CIF scale was
 calibrated on; scoring that set adds "calibration_in_sample": true and a warning (in-sample figures).
 --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with

@@ -8,6 +8,7 @@ import torch
 
 from asr_helpers import tiny_model
 from paraformer_asr.data.manifest import read_manifest
+from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import evaluation_loader, load_trained_model
@@ -115,3 +116,21 @@ def test_manifest_field_reads_any_key_and_names_the_line_without_it(tmp_path):
     assert manifest_field(str(manifest), "speaker") == {"u1": "s1", "u2": "7"}
     with pytest.raises(ConfigError, match=r"--group-by accent: .*m.jsonl:1 has no field 'accent'"):
         manifest_field(str(manifest), "accent")
+
+
+def test_oracle_length_decoding_runs_the_evaluated_search_at_the_true_count(tmp_path):
+    cfg, data, model = tiny_model()
+    loaded, loader, transcripts = _decoded(model, cfg, data, tmp_path)
+    refs = [t.ref_tokens for t in transcripts]
+    lm = build_token_lm([t.ref_text for t in transcripts], loaded.tokenizer, order=4)  # knows every reference
+    greedy = oracle_length_hypotheses(loaded.model, loader, torch.device("cpu"), transcripts)
+    fused = oracle_length_hypotheses(loaded.model, loader, torch.device("cpu"), transcripts, 4, lm, 5.0)
+    assert [len(h) for h in fused] == [len(r) for r in refs]
+    texts = [t.ref_text for t in transcripts]
+    cer = {name: score_transcripts(refs, hyps, texts, [loaded.tokenizer.decode(h) for h in hyps]).cer
+           for name, hyps in (("greedy", greedy), ("fused", fused))}
+    assert cer["fused"] < cer["greedy"]  # the LM of the references steers the search at the true count
+    diagnostics = count_diagnostics(loaded.model, loader, loaded.tokenizer, torch.device("cpu"), transcripts,
+                                    beam_size=4, lm=lm, lm_weight=5.0)
+    assert diagnostics["oracle_length_cer"] == pytest.approx(
+        score_transcripts(refs, fused, texts, [loaded.tokenizer.decode(h) for h in fused]).cer)

@@ -341,9 +341,14 @@ class Paraformer(ParaformerDecoding, nn.Module):
 
     @torch.no_grad()
     def oracle_length_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor,
-                             token_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy decoding given the true token count (a diagnostic: recognising without counting): the CIF is
-        scaled to the reference length, the CTC queries come from the reference's forced alignment.
+                             token_lengths: torch.Tensor, beam_size: int = 1, lm=None,
+                             lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decoding given the true token count (a diagnostic: recognising without counting): the CIF is scaled to
+        the reference length, the CTC queries come from the reference's forced alignment; then the search that is
+        being evaluated (beam ``beam_size``, fused with ``lm`` when given; greedy by default), its best hypothesis.
         tokens [B, S], token_lengths [B] -> (tokens [B, S] long, pad past each length; lengths [B])."""
         log_probs, extraction = self._log_posteriors(*self.forward(features, feat_mask, tokens, token_lengths))
-        return log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens
+        if beam_size == 1 and lm is None:
+            return log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens
+        best, _ = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B, beam, S]
+        return best[:, 0], extraction.num_tokens

@@ -57,30 +57,34 @@ def word_boundary_scores(timed: list[tuple[list[dict], list[dict]]]) -> dict:
 
 
 def oracle_length_hypotheses(model: nn.Module, loader: DataLoader, device: torch.device,
-                             transcripts: list[Transcript]) -> list[list[int]]:
+                             transcripts: list[Transcript], beam_size: int = 1, lm=None,
+                             lm_weight: float = 0.0) -> list[list[int]]:
     """Each transcript's hypothesis had its token count been right: kept when its count already is, otherwise
-    greedy decoding given the true count (``model.oracle_length_decode``, the Paraformer's). ``transcripts``
-    come from decoding ``loader`` (same order)."""
+    decoded again given the true count (``model.oracle_length_decode``, the Paraformer's) by the search that made
+    ``transcripts`` (greedy, or beam ``beam_size`` fused with ``lm``; the CTC score, which ranks counts, is left
+    out). ``transcripts`` come from decoding ``loader`` (same order)."""
     oracle: list[list[int]] = []
     with torch.no_grad():
         for batch in loader:
             batch = batch.to(device)
             tokens, lengths = model.oracle_length_decode(batch.features, batch.feat_mask, batch.tokens,
-                                                         batch.token_lengths)
+                                                         batch.token_lengths, beam_size, lm, lm_weight)
             oracle.extend(row[:n] for row, n in zip(tokens.cpu().tolist(), lengths.cpu().tolist()))
     return [t.hyp_tokens if len(t.hyp_tokens) == len(t.ref_tokens) else fixed for t, fixed in zip(transcripts, oracle)]
 
 
 def count_diagnostics(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
-                      transcripts: list[Transcript], group_values: list[str] | None = None) -> dict:
+                      transcripts: list[Transcript], group_values: list[str] | None = None, beam_size: int = 1,
+                      lm=None, lm_weight: float = 0.0) -> dict:
     """What separates counting from recognising: ``oracle_length_cer`` (the CER had every token count been right,
-    :func:`oracle_length_hypotheses`; models with ``oracle_length_decode`` only) and, with ``group_values`` (one
-    per transcript), ``groups``: the scores of every group of utterances (plus its oracle_length_cer)."""
+    :func:`oracle_length_hypotheses` with the search ``beam_size``, ``lm``, ``lm_weight`` that made
+    ``transcripts``; models with ``oracle_length_decode`` only) and, with ``group_values`` (one per transcript),
+    ``groups``: the scores of every group of utterances (plus its oracle_length_cer)."""
     refs = [t.ref_tokens for t in transcripts]
     ref_texts = [t.ref_text for t in transcripts]
     hyps = [t.hyp_tokens for t in transcripts]
-    oracle = oracle_length_hypotheses(model, loader, device, transcripts) if hasattr(model, "oracle_length_decode") \
-        else None
+    oracle = oracle_length_hypotheses(model, loader, device, transcripts, beam_size, lm, lm_weight) \
+        if hasattr(model, "oracle_length_decode") else None
 
     def scores_of(rows: list[int]) -> dict:
         scores = score_transcripts([refs[i] for i in rows], [hyps[i] for i in rows], [ref_texts[i] for i in rows],
@@ -207,7 +211,9 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
         if group_by is not None:
             field = manifest_field(manifest_path, group_by)
             groups = [field[t.id] for t in transcripts]
-        scores.update(count_diagnostics(loaded.model, loader, loaded.tokenizer, device, transcripts, groups))
+        beam_size = search["beam_size"] if search["method"] == "beam" else 1
+        scores.update(count_diagnostics(loaded.model, loader, loaded.tokenizer, device, transcripts, groups,
+                                        beam_size, search["lm"], search["lm_weight"]))
         predictions = []
         for transcript, hyp in zip(transcripts, hyps):
             line = {"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}
