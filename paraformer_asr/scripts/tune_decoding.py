@@ -4,8 +4,8 @@
         [--length-candidates K]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
-n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, each of those
-also with the CTC score of every hypothesis; decode/tuning.py) decodes the split, and
+n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, the
+candidates always scored by it too; decode/tuning.py) decodes the split, and
 the simplest one within 0.1 CER points of the lowest becomes the checkpoint's ``decode`` config section, which
 eval.py, infer.py and serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
 The length candidates are N +- 1..K, K from --length-candidates, else the checkpoint's decode section (a tuned

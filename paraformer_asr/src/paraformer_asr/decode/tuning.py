@@ -15,11 +15,11 @@ a validation set is noise, and a near-tie should not buy a more specific setting
 with c = CTC_SCORE_WEIGHT for a model with a CTC head (its log-likelihood of each hypothesis, per token, added to
 the candidates' scores) and c = 0 for one without. The CTC score is not a choice of the grid: in each of the 47
 grids that tried the candidates without and with it (digits, numbers, command phrases, unheard sentences, word
-times), the lowest validation CER had it; when the near-tie rule picked a setting without it, that model lost half a
-point of CER on unheard sentences (docs/results.md, "The CTC score always on"). With the section's ``beam_size``,
-``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates`` (DEFAULT_SPREAD when 0; a tuned checkpoint's section
-holds its chosen spread, so tuning it again keeps that spread unless one is given). Scores on the validation set
-are then in-sample for the choice; report the test split.
+times), the lowest validation CER had it, and where the near-tie rule had picked a setting without it (the
+unheard-sentence model of seed 0) that cost half a point of test CER (docs/results.md, "The CTC score always on").
+With the section's ``beam_size``, ``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates``
+(DEFAULT_SPREAD when 0; a tuned checkpoint's section holds its chosen spread, so tuning it again keeps that spread
+unless one is given). Scores on the validation set are then in-sample for the choice; report the test split.
 """
 
 from __future__ import annotations
