@@ -263,6 +263,8 @@ def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_siz
                for s in grid[1 + len(COUNT_PRIORS):])
     assert {(s.lm_weight, s.count_prior) for s in grid if s.method == "beam"} == {
         (w, p) for w in LM_WEIGHTS for p in COUNT_PRIORS}
+    weights = [s.lm_weight for s in grid if s.method == "beam"]
+    assert weights == sorted(weights, reverse=True) and len(set(weights)) > 1  # a near-tie keeps the stronger LM
     assert {s.ctc_score_weight for s in grid} == {0.0}
     with_ctc = decoding_grid(section, ctc_head=True)
     assert with_ctc[0] == grid[0]  # one-pass greedy has no candidates to score
