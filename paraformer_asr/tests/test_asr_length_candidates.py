@@ -267,9 +267,9 @@ def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_siz
     assert weights == sorted(weights, reverse=True) and len(set(weights)) > 1  # a near-tie keeps the stronger LM
     assert {s.ctc_score_weight for s in grid} == {0.0}
     with_ctc = decoding_grid(section, ctc_head=True)
-    assert with_ctc[0] == grid[0]  # one-pass greedy has no candidates to score
-    assert [s.ctc_score_weight for s in with_ctc[1:]] == [CTC_SCORE_WEIGHT] * (len(grid) - 1)
-    assert [dataclasses.replace(s, ctc_score_weight=0.0) for s in with_ctc] == grid  # otherwise the same settings
+    assert with_ctc[-1] == grid[0]  # one-pass greedy, with no candidates to score, comes last: a near-tie passes it by
+    assert [s.ctc_score_weight for s in with_ctc[:-1]] == [CTC_SCORE_WEIGHT] * (len(grid) - 1)
+    assert [dataclasses.replace(s, ctc_score_weight=0.0) for s in with_ctc[:-1]] == grid[1:]  # otherwise the same
 
 
 def test_tune_decoding_tries_the_spread_it_is_given_and_refuses_one_below_1(tmp_path, tone_checkpoint, capsys):
