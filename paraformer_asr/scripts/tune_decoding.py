@@ -6,8 +6,9 @@
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
 n-gram LM of weight 1 or 0.3 over length candidates with the same priors; for a model with a CTC head, the
 candidates always scored by it too; decode/tuning.py) decodes the split, and the simplest one within 0.1 CER points
-of the lowest (of two LM weights, the stronger) becomes the checkpoint's ``decode`` config section, which
-eval.py, infer.py and serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
+of the lowest (of two LM weights, the stronger; one-pass greedy, which cannot use a CTC head, only when it is clearly
+the best) becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and serve.py then use by
+default. Training does the same at its end with ``decode.tune: true``.
 The length candidates are N +- 1..K, K from --length-candidates, else the checkpoint's decode section (a tuned
 checkpoint holds the spread it was tuned with), else decode/tuning.py's ``DEFAULT_SPREAD``.
 """

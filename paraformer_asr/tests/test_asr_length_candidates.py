@@ -252,7 +252,7 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
         == {"decode": "greedy", "beam_size": 1, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0}
 
 
-def test_the_tuning_grid_starts_from_plain_greedy_and_keeps_the_section_beam_size():
+def test_the_tuning_grid_order_and_the_section_beam_size():
     from paraformer_asr.decode.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHT, DEFAULT_SPREAD, LM_WEIGHTS, decoding_grid
 
     section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5"]).decode

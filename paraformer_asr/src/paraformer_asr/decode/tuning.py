@@ -72,7 +72,7 @@ def decoding_grid(section: DecodeConfig, ctc_head: bool = False, spread: int | N
                   for prior in COUNT_PRIORS]
     fused = [dataclasses.replace(section, method="beam", lm_order=order, lm_weight=weight, length_candidates=spread,
                                  count_prior=prior, ctc_score_weight=ctc)
-             for weight in LM_WEIGHTS for prior in COUNT_PRIORS]
+             for weight in LM_WEIGHTS for prior in COUNT_PRIORS]  # beam + LM over the candidates
     return candidates + fused + [plain] if ctc_head else [plain] + candidates + fused
 
 
