@@ -268,7 +268,10 @@ def test_the_tuning_grid_order_and_the_section_beam_size():
     assert {s.ctc_score_weight for s in grid} == {0.0}
     with_ctc = decoding_grid(section, ctc_head=True)
     assert with_ctc[-1] == grid[0]  # one-pass greedy, with no candidates to score, comes last: a near-tie passes it by
-    assert [s.ctc_score_weight for s in with_ctc[:-1]] == [CTC_SCORE_WEIGHT] * (len(grid) - 1)
+    assert {s.ctc_score_weight for s in with_ctc[:-1] if s.method == "greedy"} == {CTC_SCORE_WEIGHT}
+    fused = [s for s in with_ctc if s.method == "beam"]  # with an LM the CTC score weighs at least as much
+    assert all(s.ctc_score_weight == max(CTC_SCORE_WEIGHT, s.lm_weight) for s in fused)
+    assert {(s.lm_weight, s.ctc_score_weight) for s in fused if s.lm_weight == 1.0} == {(1.0, 1.0)}
     assert [dataclasses.replace(s, ctc_score_weight=0.0) for s in with_ctc[:-1]] == grid[1:]  # otherwise the same
 
 
