@@ -316,3 +316,17 @@ def test_the_simplest_setting_within_the_tolerance_of_the_best_is_chosen():
     assert choose([0.10, 0.0205, 0.02]) == 1  # a near-tie keeps the simpler, earlier setting
     assert choose([0.02 + TIE_TOLERANCE * 1.5, 0.02]) == 1
     assert choose([0.3]) == 0
+
+
+def test_a_near_tie_passes_one_pass_greedy_by_and_keeps_the_stronger_lm():
+    from paraformer_asr.decode.tuning import TIE_TOLERANCE, choose, decoding_grid
+
+    grid = decoding_grid(config_from_dict(tiny_raw_config()).decode, ctc_head=True)
+    lowest = 0.01
+    # one-pass greedy has the lowest validation CER, the two LM weights (no count prior) are within the tolerance
+    cers = [lowest if s.length_candidates == 0 else
+            lowest + TIE_TOLERANCE / 2 if s.method == "beam" and s.count_prior == 0 else 0.05 for s in grid]
+    chosen = grid[choose(cers)]
+    assert (chosen.method, chosen.lm_weight, chosen.ctc_score_weight) == ("beam", 1.0, 1.0)
+    clear_best = [lowest if s.length_candidates == 0 else 0.05 for s in grid]
+    assert grid[choose(clear_best)].length_candidates == 0  # kept where it is clearly the best
