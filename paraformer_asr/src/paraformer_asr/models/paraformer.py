@@ -263,11 +263,15 @@ class Paraformer(ParaformerDecoding, nn.Module):
         return append_eos(tokens, token_lengths, self.eos_id, self.pad_id)
 
     def extract_tokens(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, targets: torch.Tensor | None = None,
-                       target_lengths: torch.Tensor | None = None) -> tuple[TokenExtraction, torch.Tensor | None]:
+                       target_lengths: torch.Tensor | None = None,
+                       with_ctc: bool = True) -> tuple[TokenExtraction, torch.Tensor | None]:
         """encoder_out [B, T', D], enc_mask [B, T'] -> (extraction with embeddings [B, N, D], CTC log-probs
         [B, T', V] or None when the model has no CTC head). With ``targets`` [B, N] / ``target_lengths`` [B]
-        (training, oracle) N is the target length: the CIF is scaled to it, the CTC path is the forced alignment."""
-        log_probs = self.ctc(encoder_out) if self.ctc is not None else None  # [B, T', V]
+        (training, oracle) N is the target length: the CIF is scaled to it, the CTC path is the forced alignment.
+        ``with_ctc`` False (a pass that has no use for the CTC log-probs): the CTC head runs only where the
+        extractor reads it (``ctc``), and a CIF model gives None."""
+        needs_ctc = with_ctc or self.cfg.predictor == "ctc"
+        log_probs = self.ctc(encoder_out) if self.ctc is not None and needs_ctc else None  # [B, T', V]
         if self.cfg.predictor == "ctc":
             return self.predictor(encoder_out, enc_mask, log_probs, targets, target_lengths), log_probs
         return self.predictor(encoder_out, enc_mask, target_lengths), log_probs
@@ -282,7 +286,7 @@ class Paraformer(ParaformerDecoding, nn.Module):
         """
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
         targets, target_lengths = (None, None) if tokens is None else self.decoder_targets(tokens, token_lengths)
-        extraction, _ = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths)  # embeddings [B, N, D]
+        extraction, _ = self.extract_tokens(encoder_out, enc_mask, targets, target_lengths, with_ctc=False)
         logits = self.decoder(extraction.embeddings, extraction.token_mask, encoder_out, enc_mask)  # [B, N, V]
         return logits, extraction
 
