@@ -14,6 +14,7 @@ from paraformer_asr.data.frontend import (
     hz_to_mel,
     mel_filterbank,
     mel_to_hz,
+    subtract_utterance_mean,
 )
 from paraformer_asr.errors import DataError
 
@@ -104,6 +105,40 @@ def test_normalizer_constant_dimension_and_errors():
         FeatureNormalizer.fit([])
     with pytest.raises(DataError, match="invalid feature normalizer"):
         FeatureNormalizer.from_dict({"mean": [0.0]})
+
+
+def test_utterance_mean_removes_a_stationary_envelope_and_ignores_digital_silence():
+    frontend = LogMelFrontend()
+    speech = torch.randn(8000, generator=torch.Generator().manual_seed(0))  # [N]
+    plain = subtract_utterance_mean(frontend(speech))  # [T, F]
+    # A gain is the same vector (log of the gain squared) on every log-mel frame: removed exactly.
+    torch.testing.assert_close(subtract_utterance_mean(frontend(3.0 * speech)), plain, atol=1e-4, rtol=0)
+    envelope = torch.linspace(-6.0, 6.0, 80)  # [F] any stationary spectral shape
+    torch.testing.assert_close(subtract_utterance_mean(frontend(speech) + envelope), plain, atol=1e-4, rtol=0)
+    # Exact zeros around the clip give floor frames: they do not move the mean of the speech frames.
+    padded = frontend(torch.cat([torch.zeros(4000), speech, torch.zeros(8000)]))  # [T', F]
+    active = padded.amax(dim=1) > math.log(1e-10) + 1e-3
+    assert (~active).sum() >= 60  # the silence is there, as floor frames
+    speech_frames = padded[active]
+    torch.testing.assert_close(subtract_utterance_mean(padded)[active], speech_frames - speech_frames.mean(0))
+    silent = frontend(torch.zeros(4000))
+    assert torch.equal(subtract_utterance_mean(silent), torch.zeros_like(silent))  # only floor frames: no NaN
+
+
+def test_normalizer_with_utterance_mean_fits_round_trips_and_reads_old_statistics():
+    generator = torch.Generator().manual_seed(1)
+    offsets = [torch.full((6,), float(offset)) for offset in (-20.0, 0.0, 35.0)]  # one level per utterance
+    utterances = [torch.randn(int(n), 6, generator=generator) + offset for n, offset in zip((9, 30, 14), offsets)]
+    normalizer = FeatureNormalizer.fit(utterances, utterance_mean=True)
+    assert normalizer.utterance_mean
+    torch.testing.assert_close(normalizer.mean, torch.zeros(6), atol=1e-5, rtol=0)  # every level removed
+    assert normalizer.std.max() < 1.5  # the spread within utterances, not the 55-unit spread between them
+    torch.testing.assert_close(normalizer(utterances[2]), normalizer(utterances[2] - offsets[2] + 100.0), atol=1e-4, rtol=0)
+    restored = FeatureNormalizer.from_dict(normalizer.to_dict())
+    assert restored.utterance_mean
+    torch.testing.assert_close(restored(utterances[0]), normalizer(utterances[0]))
+    old = FeatureNormalizer.from_dict({"mean": normalizer.mean.tolist(), "std": normalizer.std.tolist()})
+    assert not old.utterance_mean  # statistics saved before the flag existed: global normalisation only
 
 
 def mask_runs(masked: torch.Tensor) -> list[int]:

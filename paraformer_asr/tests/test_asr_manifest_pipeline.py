@@ -18,6 +18,7 @@ import yaml
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import write_audio
+from paraformer_asr.inference import features_from_waveform, load_model
 from paraformer_asr.training.loop import Trainer, TrainingInterrupted, train
 
 from asr_helpers import load_script
@@ -81,6 +82,22 @@ def test_manifest_training_eval_and_wav_inference(tmp_path, capsys, monkeypatch)
     assert run_main(load_script("eval").main, ["--checkpoint", str(run_dir), "--manifest",
                                            str(other / "list.jsonl")]) == 2
     assert "missing from the model's vocabulary" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_utterance_mean_is_stored_with_the_statistics_and_makes_inference_gain_invariant(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    manifest = _write_corpus(tmp_path, ["ab", "ba", "abc", "cab"])
+    raw = _raw_config(manifest, utterance_mean=True)
+    raw["train"]["max_steps"] = 1
+    run_dir = train(config_from_dict(raw))
+    state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    assert state["normalizer"]["utterance_mean"] is True
+    loaded, _ = load_model(run_dir, device="cpu")
+    speech = torch.nn.functional.interpolate(_speech("abca")[None, None], scale_factor=2.0)[0, 0]  # 8 -> 16 kHz, no silence
+    quiet = features_from_waveform(speech, loaded)  # [T, F]
+    torch.testing.assert_close(features_from_waveform(4.0 * speech, loaded), quiet, atol=1e-4, rtol=0)
+    assert quiet.mean(dim=0).abs().max() < 1e-4  # the utterance's mean removed, then a zero global mean (fit)
 
 
 def _runload_script(name, *args, capsys):

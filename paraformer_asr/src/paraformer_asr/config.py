@@ -98,6 +98,7 @@ class DataConfig:
     vocab_size: int = 256  # bpe / unigram: most token ids, specials included (a soft limit)
     speed_perturb: Optional[list[float]] = None  # e.g. [0.9, 1.0, 1.1]: one factor per training item and epoch
     voice_perturb: VoicePerturbConfig = field(default_factory=VoicePerturbConfig)
+    utterance_mean: bool = False  # subtract each utterance's mean log-mel before the global normalisation
 
 
 @dataclass

@@ -5,6 +5,8 @@ Contracts:
     mel_band_edges(n_mels, sample_rate)           -> edges [n_mels + 2] Hz (filter m: m, m + 1, m + 2)
     mel_filterbank(n_mels, n_fft, sample_rate)    -> filters [n_fft // 2 + 1, n_mels]
     FeatureNormalizer(mean [F], std [F])(x [..., F]) -> (x - mean) / std, same shape
+    FeatureNormalizer(..., utterance_mean=True)(x [T, F]) -> the same after subtract_utterance_mean(x)
+    subtract_utterance_mean(log_mel [T, F])      -> log_mel less its mean over the frames that are not digital silence
     SpecAugment(...)(features [T, F], generator)  -> masked copy [T, F]
     VoicePerturb(...)(log_mel [T, F], generator)  -> perturbed copy [T, F] (before normalisation)
 
@@ -14,6 +16,7 @@ between ``f_min`` and ``f_max``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -22,6 +25,7 @@ from paraformer_asr.checks import assert_shape, check_finite
 from paraformer_asr.errors import DataError
 
 _LOG_FLOOR = 1e-10  # power floor before the log: log-mel values are >= log(1e-10) = -23.03
+_DIGITAL_SILENCE_LOG = math.log(_LOG_FLOOR) + 1e-3  # a frame whose every channel is at most this holds exact zeros
 
 
 def hz_to_mel(frequency: torch.Tensor) -> torch.Tensor:
@@ -125,12 +129,30 @@ class LogMelFrontend:
         return features
 
 
+def subtract_utterance_mean(log_mel: torch.Tensor) -> torch.Tensor:
+    """Cepstral-style mean normalisation of one utterance: log_mel [T, F] -> [T, F] less its mean per channel.
+
+    A stationary spectral envelope (a voice's or a channel's long-term spectrum: level, tilt, formant ranges) adds the
+    same vector to every log-mel frame; subtracting the utterance's mean removes it. The mean is taken over the frames
+    that are not digital silence (every channel at the front end's floor): exact zeros before or after a clip would
+    otherwise pull it 20 dB down by their length alone. An utterance of digital silence only keeps all its frames.
+    """
+    assert_shape(log_mel, "T,F", "log-mel features for the utterance mean")
+    active = log_mel.amax(dim=1) > _DIGITAL_SILENCE_LOG  # [T]
+    frames = log_mel[active] if bool(active.any()) else log_mel  # [T_active, F]
+    return log_mel - frames.mean(dim=0)
+
+
 class FeatureNormalizer:
-    """Global per-dimension standardisation: x [..., F] -> (x - mean) / std."""
+    """Per-dimension standardisation with training-set statistics: x [..., F] -> (x - mean) / std.
+
+    ``utterance_mean``: each utterance's own mean is subtracted first (:func:`subtract_utterance_mean`, x [T, F]),
+    and the global statistics are those of the mean-subtracted training features (``data.utterance_mean``).
+    """
 
     MIN_STD = 1e-5
 
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, utterance_mean: bool = False) -> None:
         mean = torch.as_tensor(mean, dtype=torch.float32)
         std = torch.as_tensor(std, dtype=torch.float32)
         if mean.dim() != 1 or mean.shape != std.shape:
@@ -139,10 +161,12 @@ class FeatureNormalizer:
             raise ValueError("normalizer statistics must be finite with std > 0")
         self.mean = mean  # [F]
         self.std = std  # [F]
+        self.utterance_mean = utterance_mean
 
     @classmethod
-    def fit(cls, features: Iterable[torch.Tensor]) -> FeatureNormalizer:
-        """Mean and standard deviation over all frames of all utterances ([T_i, F] each).
+    def fit(cls, features: Iterable[torch.Tensor], utterance_mean: bool = False) -> FeatureNormalizer:
+        """Mean and standard deviation over all frames of all utterances ([T_i, F] each; with ``utterance_mean``,
+        of each utterance less its own mean).
 
         Per-utterance moments are merged with Chan et al.'s parallel update in float64, so large offsets and
         many frames do not lose precision. ``std`` is floored at ``MIN_STD`` (constant dimensions).
@@ -154,6 +178,8 @@ class FeatureNormalizer:
             if item.dim() != 2 or item.shape[0] == 0:
                 raise ValueError(f"FeatureNormalizer.fit expects features [T, F] with T > 0, got {tuple(item.shape)}")
             frames = item.detach().to(torch.float64)
+            if utterance_mean:
+                frames = subtract_utterance_mean(frames)
             n = frames.shape[0]
             item_mean = frames.mean(dim=0)  # [F]
             item_sum_sq_dev = (frames - item_mean).square().sum(dim=0)  # [F]
@@ -170,21 +196,24 @@ class FeatureNormalizer:
         if mean is None:
             raise DataError("cannot fit feature normalisation statistics: no features given")
         std = torch.sqrt(sum_sq_dev / count).clamp(min=cls.MIN_STD)
-        return cls(mean.float(), std.float())
+        return cls(mean.float(), std.float(), utterance_mean)
 
     def __call__(self, features: torch.Tensor) -> torch.Tensor:
         if features.shape[-1] != self.mean.shape[0]:
             raise ValueError(f"features have {features.shape[-1]} dims, normalizer has {self.mean.shape[0]}")
+        if self.utterance_mean:
+            features = subtract_utterance_mean(features)
         return (features - self.mean) / self.std
 
-    def to_dict(self) -> dict[str, list[float]]:
-        """Plain lists, safe for ``torch.load(weights_only=True)``."""
-        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+    def to_dict(self) -> dict[str, list[float] | bool]:
+        """Plain lists and a flag, safe for ``torch.load(weights_only=True)``."""
+        return {"mean": self.mean.tolist(), "std": self.std.tolist(), "utterance_mean": self.utterance_mean}
 
     @classmethod
-    def from_dict(cls, state: Mapping[str, list[float]]) -> FeatureNormalizer:
+    def from_dict(cls, state: Mapping[str, list[float] | bool]) -> FeatureNormalizer:
+        """The inverse of :meth:`to_dict`; statistics saved before ``utterance_mean`` existed read as without it."""
         try:
-            return cls(torch.tensor(state["mean"]), torch.tensor(state["std"]))
+            return cls(torch.tensor(state["mean"]), torch.tensor(state["std"]), bool(state.get("utterance_mean", False)))
         except (KeyError, TypeError, ValueError) as err:
             raise DataError(f"invalid feature normalizer statistics: {err}") from None
 
