@@ -133,7 +133,8 @@ def test_normalizer_with_utterance_mean_fits_round_trips_and_reads_old_statistic
     assert normalizer.utterance_mean
     torch.testing.assert_close(normalizer.mean, torch.zeros(6), atol=1e-5, rtol=0)  # every level removed
     assert normalizer.std.max() < 1.5  # the spread within utterances, not the 55-unit spread between them
-    torch.testing.assert_close(normalizer(utterances[2]), normalizer(utterances[2] - offsets[2] + 100.0), atol=1e-4, rtol=0)
+    torch.testing.assert_close(normalizer(utterances[2]), normalizer(utterances[2] - offsets[2] + 100.0),
+                               atol=1e-4, rtol=0)
     restored = FeatureNormalizer.from_dict(normalizer.to_dict())
     assert restored.utterance_mean
     torch.testing.assert_close(restored(utterances[0]), normalizer(utterances[0]))

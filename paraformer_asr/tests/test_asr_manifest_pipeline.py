@@ -94,7 +94,8 @@ def test_utterance_mean_is_stored_with_the_statistics_and_makes_inference_gain_i
     state = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
     assert state["normalizer"]["utterance_mean"] is True
     loaded, _ = load_model(run_dir, device="cpu")
-    speech = torch.nn.functional.interpolate(_speech("abca")[None, None], scale_factor=2.0)[0, 0]  # 8 -> 16 kHz, no silence
+    # 8 -> 16 kHz, and no silence (floor frames would not move with the gain)
+    speech = torch.nn.functional.interpolate(_speech("abca")[None, None], scale_factor=2.0)[0, 0]
     quiet = features_from_waveform(speech, loaded)  # [T, F]
     torch.testing.assert_close(features_from_waveform(4.0 * speech, loaded), quiet, atol=1e-4, rtol=0)
     assert quiet.mean(dim=0).abs().max() < 1e-4  # the utterance's mean removed, then a zero global mean (fit)

@@ -213,7 +213,8 @@ class FeatureNormalizer:
     def from_dict(cls, state: Mapping[str, list[float] | bool]) -> FeatureNormalizer:
         """The inverse of :meth:`to_dict`; statistics saved before ``utterance_mean`` existed read as without it."""
         try:
-            return cls(torch.tensor(state["mean"]), torch.tensor(state["std"]), bool(state.get("utterance_mean", False)))
+            return cls(torch.tensor(state["mean"]), torch.tensor(state["std"]),
+                       bool(state.get("utterance_mean", False)))
         except (KeyError, TypeError, ValueError) as err:
             raise DataError(f"invalid feature normalizer statistics: {err}") from None
 

@@ -98,7 +98,8 @@ def build_data(cfg: Config, tokenizer: Tokenizer | None = None, normalizer_state
             show = sys.stderr.isatty() and not os.environ.get("CI")
             features = tqdm(train.feature_iterator(), total=len(train), desc="normaliser statistics", unit="utt",
                             disable=not show, leave=False)
-            normalizer = FeatureNormalizer.fit(features, cfg.data.utterance_mean)  # unperturbed training features, once per run
+            # unperturbed training features, once per run
+            normalizer = FeatureNormalizer.fit(features, cfg.data.utterance_mean)
         train.normalizer = normalizer
     val = manifest_dataset(cfg, cfg.data.val_manifest, tokenizer, normalizer)
     return DataBundle(tokenizer, normalizer, train, val, cfg.data.n_mels)
