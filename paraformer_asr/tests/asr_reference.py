@@ -153,3 +153,21 @@ def loop_ctc_log_likelihood(log_probs: torch.Tensor, tokens: list[int], blank: i
     ends = alpha[-2:] if len(labels) > 1 else alpha[-1:]
     top = max(ends)
     return top if top == float("-inf") else top + math.log(sum(math.exp(x - top) for x in ends))
+
+
+def loop_fsmn_memory(x: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """FsmnMemory token by token: x [B, N, D], mask [B, N], weight [D, k] -> x + sum_j weight[:, j] * x[n - k//2 + j]
+    over valid neighbours, zero at padded tokens."""
+    batch, length, _ = x.shape
+    half = weight.shape[1] // 2
+    out = torch.zeros_like(x)
+    for b in range(batch):
+        for n in range(length):
+            if not mask[b, n]:
+                continue
+            out[b, n] = x[b, n]
+            for j in range(weight.shape[1]):
+                m = n - half + j
+                if 0 <= m < length and mask[b, m]:
+                    out[b, n] += weight[:, j] * x[b, m]
+    return out

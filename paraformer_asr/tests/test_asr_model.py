@@ -14,9 +14,11 @@ from paraformer_asr.models.glancing import glancing_mix
 from asr_helpers import overfit, tiny_raw_config
 
 
-def test_loss_terms_and_gradients_reach_every_parameter(tiny_data, tiny_batch):
+@pytest.mark.parametrize("fsmn_kernel", [0, 3], ids=["self-attention", "fsmn"])
+def test_loss_terms_and_gradients_reach_every_parameter(tiny_data, tiny_batch, fsmn_kernel):
     raw = tiny_raw_config()
-    raw["model"].update({"ctc_weight": 0.3, "glancing_ratio": 1.0, "dropout": 0.0})
+    raw["model"].update({"ctc_weight": 0.3, "glancing_ratio": 1.0, "dropout": 0.0,
+                         "decoder_fsmn_kernel": fsmn_kernel})
     cfg = config_from_dict(raw)
     from paraformer_asr.data.setup import build_data
 

@@ -8,6 +8,9 @@ from paraformer_asr.models.attention import MultiHeadAttention
 from paraformer_asr.models.cif import CifPredictor
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder, subsampled_lengths
+from paraformer_asr.models.layers import DecoderBlock, FsmnMemory
+
+from asr_reference import loop_fsmn_memory
 
 
 def _pad_time(x: torch.Tensor, extra: int, value: float = 0.0) -> torch.Tensor:
@@ -82,10 +85,11 @@ def test_encoder_rejects_too_short_inputs_and_bad_masks():
         enc(torch.randn(2, 20, 13), torch.ones(2, 20, dtype=torch.bool))
 
 
-def test_predictor_and_decoder_shapes_and_padding_invariance():
+@pytest.mark.parametrize("fsmn_kernel", [0, 5], ids=["self-attention", "fsmn"])
+def test_predictor_and_decoder_shapes_and_padding_invariance(fsmn_kernel):
     torch.manual_seed(0)
     pred = CifPredictor(32, kernel_size=3).eval()
-    dec = NarDecoder(11, 32, 4, 2, 48).eval()
+    dec = NarDecoder(11, 32, 4, 2, 48, fsmn_kernel_size=fsmn_kernel).eval()
     lengths = torch.tensor([20, 12])
     hidden = torch.randn(2, 20, 32) * lengths_to_mask(lengths).unsqueeze(-1)
     mask = lengths_to_mask(lengths)
@@ -109,3 +113,28 @@ def test_predictor_and_decoder_shapes_and_padding_invariance():
     emb_p = _pad_time(cif.embeddings, 3, -4.0)
     tmask_p = torch.cat([cif.token_mask, torch.zeros(2, 3, dtype=torch.bool)], 1)
     assert torch.allclose(dec(emb_p, tmask_p, hidden, mask)[:, :n][valid], logits[valid], atol=1e-5)
+
+
+def test_fsmn_memory_matches_a_token_loop_and_ignores_padding():
+    torch.manual_seed(0)
+    fsmn = FsmnMemory(6, kernel_size=5)
+    x = torch.randn(3, 7, 6)
+    mask = lengths_to_mask(torch.tensor([7, 4, 1]), 7)
+    with torch.no_grad():
+        out = fsmn(x, mask)  # [3, 7, 6]
+    expected = loop_fsmn_memory(x, mask, fsmn.conv.weight.detach()[:, 0])  # conv weight [D, 1, k]
+    assert out.shape == (3, 7, 6) and torch.allclose(out, expected, atol=1e-6)
+    assert float(out[~mask].abs().sum()) == 0.0
+    x_garbage = x.masked_fill(~mask.unsqueeze(-1), 9.0)  # whatever sits in the padding changes nothing
+    with torch.no_grad():
+        assert torch.equal(fsmn(x_garbage, mask), out)
+
+
+def test_fsmn_decoder_block_has_no_self_attention():
+    block = DecoderBlock(16, 4, 32, fsmn_kernel_size=3)
+    assert block.self_attn is None and block.fsmn is not None
+    x, mask = torch.randn(1, 4, 16), torch.ones(1, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="no self-attention mask"):
+        block(x, mask, x, mask, self_attn_mask=torch.ones(4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="odd"):
+        FsmnMemory(16, kernel_size=4)

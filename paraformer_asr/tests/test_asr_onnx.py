@@ -79,15 +79,17 @@ def test_every_cli_takes_the_shared_decoding_options(script, capsys):
 
 
 def _train_toy(folder, kind: str):
-    """kind: paraformer (the CIF, with a CTC head), paraformer_ctc (the CTC token extractor) or transformer_ar (with
-    a CTC head)."""
+    """kind: paraformer (the CIF, with a CTC head), paraformer_fsmn (the same with FSMN decoder blocks),
+    paraformer_ctc (the CTC token extractor) or transformer_ar (with a CTC head)."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.training.loop import train
 
     raw = tiny_raw_config(str(folder))
     raw["model"]["type"] = "transformer_ar" if kind == "transformer_ar" else "paraformer"
-    if kind in ("paraformer", "transformer_ar"):
+    if kind in ("paraformer", "paraformer_fsmn", "transformer_ar"):
         raw["model"]["ctc_weight"] = 0.3
+    if kind == "paraformer_fsmn":
+        raw["model"]["decoder_fsmn_kernel"] = 3
     if kind == "paraformer_ctc":
         raw["model"].update(predictor="ctc", ctc_weight=0.5, predictor_bias=0)
     raw["train"]["epochs"] = 12 if kind == "paraformer_ctc" else 3  # the CTC head needs a few epochs to emit
@@ -96,8 +98,8 @@ def _train_toy(folder, kind: str):
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """{kind: (checkpoint, fp32 export folder)} for a trained toy Paraformer (CIF and CTC token extractors) and AR
-    baseline (the AR one exported through scripts/export.py)."""
+    """{kind: (checkpoint, fp32 export folder)} for a trained toy Paraformer (CIF, CIF with FSMN decoder blocks, CTC token
+    extractor) and AR baseline (the AR one exported through scripts/export.py)."""
     if not HAS_ORT:
         pytest.skip("the optional [onnx] extra is not installed")
     from paraformer_asr.cli import run_main
@@ -105,7 +107,7 @@ def exported(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("onnx")
     out = {}
-    for kind in ("paraformer", "paraformer_ctc", "transformer_ar"):
+    for kind in ("paraformer", "paraformer_fsmn", "paraformer_ctc", "transformer_ar"):
         checkpoint, folder = _train_toy(root / f"runs_{kind}", kind), root / f"export_{kind}"
         if kind != "transformer_ar":
             export_checkpoint(checkpoint, folder)
@@ -130,7 +132,8 @@ def _both(exported, kind: str):
 
 @pytest.mark.slow
 @needs_onnx
-@pytest.mark.parametrize("kind, predictor", [("paraformer", "cif"), ("paraformer_ctc", "ctc")])
+@pytest.mark.parametrize("kind, predictor", [("paraformer", "cif"), ("paraformer_fsmn", "cif"),
+                                             ("paraformer_ctc", "ctc")])
 def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
     torch_model, onnx_model, batch = _both(exported, kind)
     assert torch_model.cfg.model.predictor == predictor

@@ -13,20 +13,22 @@ class NarDecoder(nn.Module):
     """forward(acoustic [B, N, D], token_mask [B, N], memory [B, T, D], memory_mask [B, T]) -> logits [B, N, V]
 
     Inputs are the CIF acoustic embeddings (or their glancing mix with target embeddings) plus
-    sinusoidal positions; blocks use self-attention with a padding mask and no causal mask,
+    sinusoidal positions; blocks use self-attention with a padding mask and no causal mask (or, with
+    ``fsmn_kernel_size`` > 0, SAN-M's FSMN memory: a depthwise convolution over the tokens),
     cross-attention to the encoder output and a feed-forward layer. ``token_embedding`` [V, D]
     embeds target tokens for the glancing sampler.
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, fsmn_kernel_size: int = 0):
         super().__init__()
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.token_embedding = nn.Embedding(vocab_size, d_model)
         self.positions = PositionalEncoding(d_model)
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, ffn_dim, dropout) for _ in range(num_layers))
+        self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, ffn_dim, dropout, fsmn_kernel_size)
+                                    for _ in range(num_layers))
         self.final_norm = nn.LayerNorm(d_model)
         self.output = nn.Linear(d_model, vocab_size)
 

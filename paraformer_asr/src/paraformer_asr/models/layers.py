@@ -47,6 +47,28 @@ class FeedForward(nn.Module):
         return self.net(x)
 
 
+class FsmnMemory(nn.Module):
+    """SAN-M's memory block (the FSMN of FunASR's Paraformer decoder): a depthwise convolution of ``kernel_size``
+    taps over the token axis, added to its input. Each token mixes with its (k - 1) / 2 neighbours on either side,
+    channel by channel, for no projection at all where self-attention costs four D x D linears.
+
+    forward(x [B, N, D], mask [B, N] bool True = valid) -> [B, N, D], zero at padded tokens. Padded tokens are zeroed
+    before the convolution, so they read as its zero padding and change no valid output.
+    """
+
+    def __init__(self, d_model: int, kernel_size: int):
+        super().__init__()
+        if kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"FSMN kernel_size must be odd and >= 1, got {kernel_size}")
+        self.conv = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2, groups=d_model, bias=False)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        valid = mask.unsqueeze(-1).to(x.dtype)  # [B, N, 1]
+        x = x * valid  # [B, N, D]
+        memory = self.conv(x.transpose(1, 2)).transpose(1, 2)  # [B, D, N] -> [B, N, D]
+        return (x + memory) * valid
+
+
 class EncoderBlock(nn.Module):
     """Self-attention (padding mask, no causal mask) + feed-forward, pre-norm residuals.
 
@@ -68,17 +90,21 @@ class EncoderBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Self-attention + cross-attention to the encoder output + feed-forward, pre-norm residuals.
+    """Self-attention (or an FSMN memory) + cross-attention to the encoder output + feed-forward, pre-norm residuals.
 
     forward(x [B, N, D], x_mask [B, N], memory [B, T, D], memory_mask [B, T],
             self_attn_mask [N, N] or [B, N, N] | None) -> [B, N, D]
     The non-autoregressive decoder passes no ``self_attn_mask``; an autoregressive decoder
     passes a causal one in training and decodes with :meth:`step` and a key/value cache.
+    ``fsmn_kernel_size`` > 0 replaces the self-attention with :class:`FsmnMemory` (non-autoregressive use only:
+    no ``self_attn_mask``, no :meth:`step`).
     """
 
-    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float = 0.0, fsmn_kernel_size: int = 0):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        use_fsmn = fsmn_kernel_size > 0
+        self.fsmn = FsmnMemory(d_model, fsmn_kernel_size) if use_fsmn else None
+        self.self_attn = None if use_fsmn else MultiHeadAttention(d_model, num_heads, dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.ffn = FeedForward(d_model, ffn_dim, dropout)
         self.norm_self = nn.LayerNorm(d_model)
@@ -89,7 +115,12 @@ class DecoderBlock(nn.Module):
     def forward(self, x: torch.Tensor, x_mask: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 self_attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.norm_self(x)
-        x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=x_mask, attn_mask=self_attn_mask))
+        if self.fsmn is not None:
+            if self_attn_mask is not None:
+                raise ValueError("an FSMN decoder block has no self-attention mask (non-autoregressive use only)")
+            x = x + self.dropout(self.fsmn(h, x_mask))
+        else:
+            x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=x_mask, attn_mask=self_attn_mask))
         h = self.norm_cross(x)
         x = x + self.dropout(self.cross_attn(h, memory, memory, key_padding_mask=memory_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
