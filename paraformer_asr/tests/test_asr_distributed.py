@@ -25,6 +25,7 @@ def _train(tmp_path, launcher, batch_size, output_dir):
 @pytest.mark.slow
 def test_two_process_training_matches_single_process(tmp_path):
     raw = tiny_raw_config()
+    raw["run"]["device"] = "cpu"  # gloo on CPU processes, also on a machine with fewer GPUs than processes
     raw["train"].update({"epochs": 1, "plot_utterances": 0})
     raw["model"].update({"dropout": 0.0, "glancing_ratio": 0.0})  # no per-rank randomness
     (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(raw))
@@ -42,3 +43,15 @@ def test_two_process_training_matches_single_process(tmp_path):
     for name, tensor in single["model"].items():
         assert torch.allclose(ddp["model"][name], tensor, atol=2e-2), name
     assert abs(ddp["history"][-1]["train_loss"] - single["history"][-1]["train_loss"]) < 1e-2
+
+
+def test_more_processes_than_gpus_is_a_config_error_naming_the_counts(monkeypatch):
+    """Checked before any CUDA call, so it runs on any machine: local rank 1 with one GPU."""
+    from paraformer_asr.errors import ConfigError
+    from paraformer_asr.training.distributed import init_distributed
+
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"local rank 1 on a machine with 1 CUDA device\(s\).*run.device=cpu"):
+        init_distributed(use_cuda=True)

@@ -19,7 +19,9 @@ from unet_transformer_seg.training.loop import train
 
 from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args, tiny_config
 
-SHARED = ("model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6", "train.grad_clip=null")
+# run.device=cpu: these runs mean gloo on CPU processes, also on a machine with fewer GPUs than processes
+SHARED = ("run.device=cpu", "model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6",
+          "train.grad_clip=null")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -73,8 +75,8 @@ def test_two_process_ddp_matches_single_process(tmp_path):
 
 @pytest.mark.slow
 def test_two_process_batchnorm_validation_equals_eval_of_the_best_checkpoint(tmp_path):
-    ddp = _torchrun(tmp_path, 2, "model.norm=batch", "train.loss=ce", "train.epochs=2", "train.batch_size=4",
-                    "train.num_plot_images=0")  # cross-entropy: a validation loss that batching cannot change
+    ddp = _torchrun(tmp_path, 2, "run.device=cpu", "model.norm=batch", "train.loss=ce", "train.epochs=2",
+                    "train.batch_size=4", "train.num_plot_images=0")  # CE: a validation loss batching cannot change
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     best = next((tmp_path / "runs").iterdir()) / "checkpoints" / "best.pt"
     state = load_checkpoint(best)
@@ -92,6 +94,19 @@ def test_resuming_with_another_number_of_processes_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"saved by 2 process\(es\) and this run has 1; resume with the same"):
         train(tiny_config(tmp_path), {"world_size": 2}, tmp_path / "last.pt")
     assert not (tmp_path / "runs").exists()
+
+
+def test_more_processes_than_gpus_is_a_config_error_naming_the_counts(monkeypatch):
+    """Checked before any CUDA call, so it runs on any machine: local rank 1 with one GPU."""
+    from unet_transformer_seg.errors import ConfigError
+    from unet_transformer_seg.training.distributed import init_distributed
+
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29518"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"local rank 1 on a machine with 1 CUDA device\(s\).*run.device=cpu"):
+        init_distributed("cuda")
 
 
 @needs_cuda

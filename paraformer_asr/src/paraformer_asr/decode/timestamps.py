@@ -186,7 +186,7 @@ def speech_frames(features: torch.Tensor, feat_lengths: torch.Tensor,
     the floor to its loud frames (its 90 % quantile); False on padding."""
     valid = lengths_to_mask(feat_lengths, features.shape[1])  # [B, T]
     loudness = features.float().mean(dim=2).masked_fill(~valid, float("nan"))  # [B, T]
-    floor, loud = torch.nanquantile(loudness, torch.tensor([0.1, 0.9]), dim=1, keepdim=True)  # [B, 1] each
+    floor, loud = torch.nanquantile(loudness, loudness.new_tensor([0.1, 0.9]), dim=1, keepdim=True)  # [B, 1] each
     return (loudness > floor + share * (loud - floor)) & valid
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from paraformer_asr.errors import ConfigError
+
 
 @dataclass
 class DistContext:
@@ -30,6 +32,16 @@ class DistContext:
         return self.rank == 0
 
 
+def check_gpu_for_rank(local_rank: int) -> None:
+    """ConfigError when torchrun started more processes on this machine than it has GPUs (each process takes the GPU
+    of its LOCAL_RANK), instead of CUDA's 'invalid device ordinal' from inside set_device."""
+    gpus = torch.cuda.device_count()
+    if local_rank >= gpus:
+        raise ConfigError(f"torchrun started local rank {local_rank} on a machine with {gpus} CUDA device(s) for "
+                          f"run.device 'cuda' (or 'auto'): start at most {gpus} process(es) per node "
+                          "(--nproc_per_node), or train on the CPU with --set run.device=cpu")
+
+
 def init_distributed(use_cuda: bool) -> DistContext:
     """Join the torchrun process group if there is one (idempotent)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -38,6 +50,7 @@ def init_distributed(use_cuda: bool) -> DistContext:
     ctx = DistContext(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
         if use_cuda:
+            check_gpu_for_rank(ctx.local_rank)
             torch.cuda.set_device(ctx.local_rank)
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     return ctx

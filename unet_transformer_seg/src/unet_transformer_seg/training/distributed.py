@@ -16,6 +16,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from unet_transformer_seg.errors import ConfigError
+
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -35,12 +37,23 @@ def backend_for(device_type: str) -> str:
     return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
 
 
+def check_gpu_for_rank(local_rank: int) -> None:
+    """ConfigError when torchrun started more processes on this machine than it has GPUs (each process takes the GPU
+    of its LOCAL_RANK), instead of CUDA's 'invalid device ordinal' from inside set_device."""
+    gpus = torch.cuda.device_count()
+    if local_rank >= gpus:
+        raise ConfigError(f"torchrun started local rank {local_rank} on a machine with {gpus} CUDA device(s) for "
+                          f"run.device 'cuda': start at most {gpus} process(es) per node (--nproc_per_node), or "
+                          "train on the CPU with --set run.device=cpu")
+
+
 def init_distributed(device_type: str) -> DistInfo:
     """Join the process group when launched by torchrun; a plain `python scripts/train.py` gets DistInfo()."""
     if not all(name in os.environ for name in TORCHRUN_VARIABLES):
         return DistInfo()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_type == "cuda":
+        check_gpu_for_rank(local_rank)
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
         dist.init_process_group(backend=backend_for(device_type))
