@@ -303,11 +303,11 @@ def validate(cfg: Config) -> Config:
              model.d_model)
     _require(model.d_model % 2 == 0, "model.d_model", "even (sinusoidal positions)", model.d_model)
     _require(model.cif_kernel_size % 2 == 1, "model.cif_kernel_size", "odd", model.cif_kernel_size)
-    _require(model.decoder_fsmn_kernel == 0 or (model.decoder_fsmn_kernel > 0 and model.decoder_fsmn_kernel % 2 == 1),
-             "model.decoder_fsmn_kernel",
-             "0 (self-attention) or odd", model.decoder_fsmn_kernel)
-    _require(model.decoder_fsmn_kernel == 0 or model.type == "paraformer", "model.decoder_fsmn_kernel",
-             "0 for the autoregressive model (its decoder attends causally)", model.decoder_fsmn_kernel)
+    fsmn_kernel = model.decoder_fsmn_kernel
+    _require(fsmn_kernel == 0 or (fsmn_kernel > 0 and fsmn_kernel % 2 == 1), "model.decoder_fsmn_kernel",
+             "0 (self-attention) or odd", fsmn_kernel)
+    _require(fsmn_kernel == 0 or model.type == "paraformer", "model.decoder_fsmn_kernel",
+             "0 for the autoregressive model (its decoder attends causally)", fsmn_kernel)
     _require(0 <= model.dropout < 1, "model.dropout", "in [0, 1)", model.dropout)
     _require(model.cif_threshold > 0, "model.cif_threshold", "> 0", model.cif_threshold)
     _require(0 < model.cif_tail_threshold < model.cif_threshold, "model.cif_tail_threshold",
