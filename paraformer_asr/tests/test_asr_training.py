@@ -1,5 +1,7 @@
 """Training loop features on a tiny model: NaN guard, gradient accumulation, activation checkpointing, compile."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -8,7 +10,7 @@ from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import TrainingError
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.paraformer import Paraformer
-from paraformer_asr.training.loop import Trainer, compile_stacks, warmup_cosine
+from paraformer_asr.training.loop import Trainer, compile_stacks, scaled_optimizer_step, warmup_cosine
 from paraformer_asr.training.run_folder import RunFolder, setup_logging
 
 from asr_helpers import tiny_raw_config
@@ -119,3 +121,31 @@ def test_validation_refits_the_cif_alpha_scale_and_checkpoints_keep_it(tmp_path,
             total_alpha += float(model.predictor(encoder_out, enc_mask).integrated_alphas.sum())
             total_tokens += int(batch.token_lengths.sum())
     assert total_alpha == pytest.approx(total_tokens, rel=1e-5)
+
+
+def test_a_step_the_gradient_scaler_skips_leaves_the_schedule_where_it_was():
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def backward(scaler, scale_of_inputs):
+        optimizer.zero_grad()
+        scaler.scale(model(torch.full((2, 3), scale_of_inputs)).sum()).backward()
+
+    overflowing = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    backward(overflowing, 1e30)  # the scaled loss overflows float32: inf gradients, the scaler skips the step
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyTorch warns when the schedule steps before the optimizer ever did
+        assert not scaled_optimizer_step(overflowing, optimizer, scheduler)
+    assert scheduler.last_epoch == 0 and overflowing.get_scale() == 2.0 ** 99
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0)
+    backward(scaler, 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scaled_optimizer_step(scaler, optimizer, scheduler)
+    assert scheduler.last_epoch == 1 and not torch.equal(before[0], model.weight)
+    assert scaled_optimizer_step(torch.amp.GradScaler("cpu", enabled=False), optimizer, scheduler)  # fp32: always
+    assert scheduler.last_epoch == 2

@@ -3,6 +3,7 @@ model.deep_supervision, train.ema)."""
 
 import math
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from unet_transformer_seg.models import build_model
 from unet_transformer_seg.training import loop
 from unet_transformer_seg.training.ema import ModelEMA, ema_decay_at
 from unet_transformer_seg.training.loop import train, training_budget
-from unet_transformer_seg.training.schedules import lr_factor
+from unet_transformer_seg.training.schedules import lr_factor, scaled_optimizer_step
 
 from seg_helpers import tiny_config
 
@@ -146,3 +147,31 @@ def test_validation_every_n_steps(tmp_path):
     run_dir = train(cfg).run_dir
     history = load_checkpoint(run_dir / "checkpoints" / "last.pt")["history"]
     assert [row["step"] for row in history] == [8, 12]  # 4 steps an epoch: after epoch 2, and after the last
+
+
+def test_a_step_the_gradient_scaler_skips_leaves_the_schedule_where_it_was():
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def backward(scaler, scale_of_inputs):
+        optimizer.zero_grad()
+        scaler.scale(model(torch.full((2, 3), scale_of_inputs)).sum()).backward()
+
+    overflowing = torch.amp.GradScaler("cpu", init_scale=2.0 ** 100)
+    backward(overflowing, 1e30)  # the scaled loss overflows float32: inf gradients, the scaler skips the step
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # PyTorch warns when the schedule steps before the optimizer ever did
+        assert not scaled_optimizer_step(overflowing, optimizer, scheduler)
+    assert scheduler.last_epoch == 0 and overflowing.get_scale() == 2.0 ** 99
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0)
+    backward(scaler, 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert scaled_optimizer_step(scaler, optimizer, scheduler)
+    assert scheduler.last_epoch == 1 and not torch.equal(before[0], model.weight)
+    assert scaled_optimizer_step(torch.amp.GradScaler("cpu", enabled=False), optimizer, scheduler)  # fp32: always
+    assert scheduler.last_epoch == 2

@@ -57,6 +57,20 @@ class TrainingInterrupted(Exception):
         self.run_dir = run_dir
 
 
+def scaled_optimizer_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer,
+                          scheduler: torch.optim.lr_scheduler.LRScheduler) -> bool:
+    """The gradient scaler's optimizer step, then the learning-rate schedule's only where the optimizer really stepped.
+    With fp16 the scaler skips a step whose gradients hold inf or NaN and lowers its scale (its first steps often do);
+    the schedule must not run ahead of the updates. -> whether the optimizer stepped (always, without a scaler)."""
+    scale = scaler.get_scale()  # 1.0 when the scaler is disabled
+    scaler.step(optimizer)
+    scaler.update()
+    stepped = scaler.get_scale() >= scale  # a skipped step lowers the scale
+    if stepped:
+        scheduler.step()
+    return stepped
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -346,9 +360,7 @@ class Trainer:
         if not bool(torch.isfinite(grad_norm)) and not self.scaler.is_enabled():
             self._bad_batch(f"non-finite gradient norm at step {progress.global_step + 1}")
             return
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
+        scaled_optimizer_step(self.scaler, self.optimizer, self.scheduler)
         self.optimizer.zero_grad(set_to_none=True)
         self.bad_streak = 0
         progress.global_step += 1

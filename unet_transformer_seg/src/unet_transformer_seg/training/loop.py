@@ -52,7 +52,7 @@ from .ema import ModelEMA
 from .evaluate import evaluate, evaluation_split
 from .plots import plot_augmentation_preview, plot_curves, plot_samples
 from .run_folder import LOGGER_NAME, close_logger, create_run_dir, setup_logger, write_history
-from .schedules import lr_factor
+from .schedules import lr_factor, scaled_optimizer_step
 
 
 RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "history",
@@ -312,9 +312,7 @@ class Trainer:
         if cfg.train.grad_clip is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.train.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.scheduler.step()
+        scaled_optimizer_step(self.scaler, self.optimizer, self.scheduler)
         if self.ema is not None:
             self.ema.update(self.model, self.global_step + 1)
         return step_loss
