@@ -9,8 +9,9 @@ candidates always scored by it too; decode/tuning.py) decodes the split, and the
 of the lowest (of two LM weights, the stronger; one-pass greedy, which cannot use a CTC head, only when it is clearly
 the best) becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and serve.py then use by
 default. Training does the same at its end with ``decode.tune: true``.
-The length candidates are N +- 1..K, K from --length-candidates, else the checkpoint's decode section (a tuned
-checkpoint holds the spread it was tuned with), else decode/tuning.py's ``DEFAULT_SPREAD``.
+The length candidates are N +- 1..K (the CTC extractor: its greedy path under K blank offsets either way), K from
+--length-candidates, else the checkpoint's decode section (a tuned checkpoint holds the spread it was tuned with),
+else decode/tuning.py's ``DEFAULT_SPREAD``.
 """
 
 from __future__ import annotations

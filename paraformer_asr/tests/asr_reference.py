@@ -128,6 +128,19 @@ def loop_extended_ends(starts: list[float], ends: list[float], speech: list[bool
     return out
 
 
+def loop_greedy_frame_tokens(log_probs: torch.Tensor, length: int, blank: int) -> list[int]:
+    """The greedy CTC path merged, frame by frame, for one utterance: log_probs [T, V] (``length`` valid frames) ->
+    the index of the token each frame belongs to, -1 for blank and padding frames."""
+    out, count, previous = [], -1, blank
+    for t in range(log_probs.shape[0]):
+        label = int(log_probs[t].argmax()) if t < length else blank
+        if label != blank and label != previous:
+            count += 1
+        out.append(count if label != blank else -1)
+        previous = label
+    return out
+
+
 def loop_ctc_log_likelihood(log_probs: torch.Tensor, tokens: list[int], blank: int) -> float:
     """The CTC forward algorithm written out for one sequence: log_probs [T, V] -> log P(tokens), -inf when no
     alignment exists (a blank among the tokens included)."""

@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from asr_helpers import tiny_raw_config
+from asr_reference import loop_greedy_frame_tokens
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import model_from_checkpoint
-from paraformer_asr.models.ctc_extractor import forced_alignment, greedy_frame_tokens, pool_frames
+from paraformer_asr.models.ctc_extractor import (BLANK_OFFSET_STEP, blank_offsets, forced_alignment,
+                                                 greedy_frame_tokens, offset_blank, pool_frames)
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.checkpointing import load_checkpoint, save_checkpoint
 
@@ -29,18 +31,6 @@ def brute_force_best(log_probs: torch.Tensor, target: list[int]) -> float:
     scores = [sum(float(log_probs[t, label]) for t, label in enumerate(path))
               for path in itertools.product(range(vocab), repeat=frames) if collapse(path) == target]
     return max(scores) if scores else float("-inf")
-
-
-def loop_greedy_frame_tokens(log_probs: torch.Tensor, length: int) -> list[int]:
-    """Plain reference of the greedy merge for one utterance: log_probs [T, V] -> token index per frame, -1 for none."""
-    out, count, previous = [], -1, BLANK
-    for t in range(log_probs.shape[0]):
-        label = int(log_probs[t].argmax()) if t < length else BLANK
-        if label != BLANK and label != previous:
-            count += 1
-        out.append(count if label != BLANK else -1)
-        previous = label
-    return out
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -86,7 +76,7 @@ def test_greedy_merge_matches_a_loop():
     mask = torch.arange(30).unsqueeze(0) < lengths.unsqueeze(1)
     frame_tokens = greedy_frame_tokens(log_probs, mask, BLANK)
     for row in range(4):
-        assert frame_tokens[row].tolist() == loop_greedy_frame_tokens(log_probs[row], int(lengths[row]))
+        assert frame_tokens[row].tolist() == loop_greedy_frame_tokens(log_probs[row], int(lengths[row]), BLANK)
 
 
 def test_pool_frames_matches_a_loop():
@@ -103,6 +93,24 @@ def test_pool_frames_matches_a_loop():
             assert torch.allclose(embeddings[row, token], expected)
             span = (frames[0], frames[-1] + 1) if frames else (0, 0)
             assert (int(starts[row, token]), int(ends[row, token])) == span
+
+
+def test_blank_offsets_run_from_fewest_tokens_to_most_and_shift_only_the_blank():
+    step = BLANK_OFFSET_STEP
+    assert blank_offsets(2).tolist() == pytest.approx([2 * step, step, 0.0, -step, -2 * step])
+    log_probs = torch.log_softmax(torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(3)), dim=-1)
+    offsets = blank_offsets(1)
+    shifted = offset_blank(log_probs, offsets, BLANK)  # [B*K, T, V]
+    assert shifted.shape == (6, 5, 4)
+    for row in range(2):
+        for k, offset in enumerate(offsets.tolist()):
+            expected = log_probs[row].clone()
+            expected[:, BLANK] += offset
+            assert torch.allclose(shifted[row * 3 + k], expected)
+    frames = torch.ones(6, 5, dtype=torch.bool)
+    counts = (greedy_frame_tokens(shifted, frames, BLANK).max(dim=1).values + 1).view(2, 3)
+    plain = (greedy_frame_tokens(log_probs, frames[:2], BLANK).max(dim=1).values + 1)
+    assert torch.equal(counts[:, 1], plain)  # offset 0 is the plain greedy path
 
 
 def _ctc_setup(predictor: str = "ctc"):

@@ -1,7 +1,7 @@
 """Length candidates (models/paraformer.py, decode_length_candidates) and the config's default decoding
-(config.py DecodeConfig, decode/options.py): the batched search against a plain loop (with and without the CTC
-score), the CTC log-likelihood against a sum over every alignment, padding invariance, and the options' resolution
-and errors."""
+(config.py DecodeConfig, decode/options.py): the batched search against a plain loop for both token extractors
+(with and without the CTC score), the CTC log-likelihood against a sum over every alignment, padding invariance,
+and the options' resolution and errors."""
 
 from __future__ import annotations
 
@@ -14,26 +14,32 @@ import pytest
 import torch
 
 from asr_helpers import load_script, tiny_raw_config
-from asr_reference import loop_ctc_log_likelihood
+from asr_reference import loop_ctc_log_likelihood, loop_greedy_frame_tokens
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.models.ctc import ctc_log_likelihood
+from paraformer_asr.models.ctc_extractor import BLANK_OFFSET_STEP
 from paraformer_asr.models.paraformer import candidate_counts
 
+CTC_BLANK_BIAS = 0.0  # an untrained CTC head's blank bias: the tiny model's greedy paths hold 1-4 tokens
 
-def _tiny_paraformer(predictor_bias: int = 0, ctc_weight: float = 0.0):
+
+def _tiny_paraformer(predictor_bias: int = 0, ctc_weight: float = 0.0, predictor: str = "cif"):
     from paraformer_asr.data.batching import Collator
     from paraformer_asr.data.setup import build_data
     from paraformer_asr.models.factory import build_model
 
     raw = tiny_raw_config()
-    raw["model"].update(predictor_bias=predictor_bias, ctc_weight=ctc_weight)
+    raw["model"].update(predictor_bias=predictor_bias, ctc_weight=ctc_weight, predictor=predictor)
     cfg = config_from_dict(raw)
     data = build_data(cfg)
     torch.manual_seed(0)
     model = build_model(cfg, data.input_dim, data.tokenizer).eval()
+    if predictor == "ctc":
+        with torch.no_grad():
+            model.ctc.proj.bias[model.blank_id] = CTC_BLANK_BIAS
     batch = Collator(data.tokenizer.pad_id)([data.val[i] for i in range(8)])
     return model, batch, data
 
@@ -102,6 +108,73 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
     return hypotheses, scores
 
 
+def _ctc_loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0,
+                        ctc_score_weight: float = 0.0) -> tuple[list[list[int]], list[float]]:
+    """The CTC extractor's candidates one utterance and one blank offset at a time: the greedy path merged frame by
+    frame (loop_greedy_frame_tokens) under offset spread x step .. -spread x step (an empty one replaced by the plain
+    path when that has tokens), each token's query the mean of its frames, the decoder's greedy tokens; score =
+    (their log-prob sum + ctc_score_weight x their CTC log-likelihood) / count - count_prior x |count - the plain
+    path's count|, the first best wins. -> (tokens, score) per utterance."""
+    blank = model.blank_id
+    hypotheses, scores = [], []
+    for row in range(features.shape[0]):
+        feats = features[row:row + 1, :lengths[row]]
+        with torch.no_grad():
+            encoder_out, enc_mask = model.encode(feats, torch.ones(1, feats.shape[1], dtype=torch.bool))
+            ctc_log_probs = model.ctc(encoder_out)[0]  # [T', V]
+        frames = ctc_log_probs.shape[0]
+        paths = []
+        for k in range(2 * spread + 1):
+            shifted = ctc_log_probs.clone()
+            shifted[:, blank] += (spread - k) * BLANK_OFFSET_STEP
+            paths.append(loop_greedy_frame_tokens(shifted, frames, blank))
+        found = []  # (tokens, decoder log-prob sum, CTC log-likelihood, count) per offset
+        for frame_tokens in paths:
+            if max(frame_tokens) < 0:
+                frame_tokens = paths[spread]
+            count = max(frame_tokens) + 1
+            tokens, decoder_sum = [], 0.0
+            if count > 0:
+                queries = torch.stack([encoder_out[0, [t for t in range(frames) if frame_tokens[t] == n]].mean(dim=0)
+                                       for n in range(count)]).unsqueeze(0)  # [1, N, D]
+                with torch.no_grad():
+                    logits = model.decoder(queries, torch.ones(1, count, dtype=torch.bool), encoder_out, enc_mask)
+                log_probs = torch.log_softmax(logits[0], dim=-1)
+                log_probs[:, model.never_emitted] = float("-inf")
+                top = log_probs.max(dim=-1)
+                tokens, decoder_sum = top.indices.tolist(), float(top.values.sum())
+            ctc = loop_ctc_log_likelihood(ctc_log_probs, tokens, blank) if ctc_score_weight else 0.0
+            found.append((tokens, decoder_sum, ctc, count))
+        plain = found[spread][3]
+        use_ctc = any(ctc > float("-inf") for _, _, ctc, _ in found)
+        best, best_score = None, None
+        for tokens, decoder_sum, ctc, count in found:
+            score = ((decoder_sum + (ctc_score_weight * ctc if use_ctc else 0.0)) / max(count, 1)
+                     - count_prior * abs(count - plain))
+            if best_score is None or score > best_score:
+                best, best_score = tokens, score
+        hypotheses.append(best)
+        scores.append(best_score)
+    return hypotheses, scores
+
+
+@pytest.mark.parametrize("count_prior, ctc_score_weight", [(0.0, 0.0), (0.3, 0.0), (0.0, 0.5), (0.3, 2.0)])
+def test_ctc_extractor_length_candidates_match_a_plain_loop(count_prior, ctc_score_weight):
+    model, batch, _ = _tiny_paraformer(ctc_weight=0.3, predictor="ctc")
+    spread = 2
+    tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, spread=spread,
+                                                                     count_prior=count_prior,
+                                                                     ctc_score_weight=ctc_score_weight)
+    expected, expected_scores = _ctc_loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(),
+                                                    spread, count_prior, ctc_score_weight)
+    got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
+    assert got == expected
+    assert scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
+    assert torch.equal(chosen.num_tokens, lengths) and chosen.embeddings.shape[:2] == chosen.token_mask.shape
+    plain = model.greedy_decode(batch.features, batch.feat_mask)[1]
+    assert int(lengths.min()) > 0 and not torch.equal(lengths, plain)  # the candidates changed some counts
+
+
 @pytest.mark.parametrize("predictor_bias, count_prior, ctc_score_weight", [(0, 0.0, 0.0), (1, 0.0, 0.0),
                                                                          (0, 0.3, 0.0), (0, 0.3, 0.5), (1, 0.0, 2.0)])
 def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior, ctc_score_weight):
@@ -118,9 +191,10 @@ def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prio
     assert bool((tokens[~chosen.token_mask] == model.pad_id).all())
 
 
-def test_length_candidates_with_beam_lm_and_ctc_do_not_depend_on_the_batch():
+@pytest.mark.parametrize("predictor", ["cif", "ctc"])
+def test_length_candidates_with_beam_lm_and_ctc_do_not_depend_on_the_batch(predictor):
     """Padding invariance: each utterance decoded alone gives what it gives in the padded batch."""
-    model, batch, data = _tiny_paraformer(ctc_weight=0.3)
+    model, batch, data = _tiny_paraformer(ctc_weight=0.3, predictor=predictor)
     lm = build_token_lm(["abc", "bcd", "cafe", "fade", "bead"], data.tokenizer, order=3)
     tokens, lengths, _, scores = model.decode_length_candidates(batch.features, batch.feat_mask, 1, beam_size=3, lm=lm,
                                                                 lm_weight=0.5, ctc_score_weight=0.5)
@@ -153,14 +227,15 @@ def test_no_search_puts_an_eos_inside_a_hypothesis():
         assert data.tokenizer.until_eos(tokens.flatten().tolist()) == tokens.flatten().tolist()
 
 
-def test_length_candidates_refuse_the_ctc_extractor_and_a_zero_spread():
+def test_length_candidates_refuse_a_zero_spread_and_the_autoregressive_baseline():
     model, batch, _ = _tiny_paraformer()
     with pytest.raises(ValueError, match="spread"):
         model.decode_length_candidates(batch.features, batch.feat_mask, 0)
+    with pytest.raises(ConfigError, match="decode.length_candidates"):
+        config_from_dict(tiny_raw_config(), ["model.type=transformer_ar", "decode.length_candidates=1"])
     raw = tiny_raw_config()
     raw["model"].update(predictor="ctc", ctc_weight=0.5)
-    with pytest.raises(ConfigError, match="decode.length_candidates"):
-        config_from_dict(raw, ["decode.length_candidates=1"])
+    assert config_from_dict(raw, ["decode.length_candidates=1", "decode.tune=true"]).decode.length_candidates == 1
 
 
 def test_a_ctc_score_needs_a_ctc_head_and_hypotheses_to_rank():
@@ -228,7 +303,7 @@ def test_an_autoregressive_checkpoint_refuses_length_candidates():
     raw = tiny_raw_config()
     raw["model"]["type"] = "transformer_ar"
     loaded = SimpleNamespace(cfg=config_from_dict(raw))
-    with pytest.raises(ConfigError, match="--length-candidates needs a Paraformer with the CIF"):
+    with pytest.raises(ConfigError, match="--length-candidates needs a Paraformer"):
         DecodingOptions(length_candidates=2).search_arguments(loaded)
 
 

@@ -153,14 +153,15 @@ def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
             expected, got = (m.model.beam_search(batch.features, batch.feat_mask, 3)[::2]
                              for m in (torch_model, onnx_model))
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), method
-    if predictor == "cif":  # length candidates run the CIF and the decoder as two graphs, the CTC score a third
-        assert "ctc" in onnx_model.model.graphs
-        for ctc_score_weight in (0.0, 0.5):
-            expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3,
-                                                              ctc_score_weight=ctc_score_weight)
-                             for m in (torch_model, onnx_model))
-            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
-            assert torch.allclose(got[3], expected[3], atol=1e-4)  # the scores long-form decoding judges pauses by
+    # length candidates run the extractor's parts (the CIF's alphas graph, or the ctc graph's log-probs) and the
+    # decoder as separate graphs, the CTC score the ctc graph
+    assert "ctc" in onnx_model.model.graphs
+    for ctc_score_weight in (0.0, 0.5):
+        expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3,
+                                                          ctc_score_weight=ctc_score_weight)
+                         for m in (torch_model, onnx_model))
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+        assert torch.allclose(got[3], expected[3], atol=1e-4)  # the scores long-form decoding judges pauses by
 
 
 @pytest.mark.slow

@@ -340,11 +340,10 @@ def validate(cfg: Config) -> Config:
     _require(decode.ctc_score_weight >= 0, "decode.ctc_score_weight", ">= 0", decode.ctc_score_weight)
     missing = ctc_score_missing(model, decode.method, decode.length_candidates) if decode.ctc_score_weight else None
     _require(missing is None, "decode.ctc_score_weight", f"0 without {missing}", decode.ctc_score_weight)
-    cif_model = model.type == "paraformer" and model.predictor == "cif"
-    _require(cif_model or decode.length_candidates == 0, "decode.length_candidates",
-             "0 unless the model is a Paraformer with model.predictor 'cif'", decode.length_candidates)
-    _require(cif_model or not decode.tune, "decode.tune", "false unless the model is a Paraformer with "
-             "model.predictor 'cif'", decode.tune)
+    paraformer = model.type == "paraformer"
+    _require(paraformer or decode.length_candidates == 0, "decode.length_candidates",
+             "0 unless the model is a Paraformer", decode.length_candidates)
+    _require(paraformer or not decode.tune, "decode.tune", "false unless the model is a Paraformer", decode.tune)
 
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:

@@ -19,9 +19,10 @@ from paraformer_asr.errors import ConfigError
 class DecodingOptions:
     """method: 'greedy' or 'beam'; beam_size: hypotheses kept by beam search; lm_order: with 'beam', the order of a
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
-    lm_weight: its fusion weight; length_candidates: k > 0 also decodes the CIF's token count +- 1..k and keeps the
-    candidate with the best score per token (a Paraformer with the CIF only), less count_prior x its distance to
-    the CIF's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
+    lm_weight: its fusion weight; length_candidates: k > 0 also decodes k candidate counts either side of the token
+    extractor's own (a Paraformer: the CIF's count +- 1..k, or the CTC extractor's greedy path under k blank offsets
+    either way) and keeps the candidate with the best score per token, less count_prior x its distance to the
+    extractor's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
     autoregressive baseline's beams are ranked again with it). None: the checkpoint's ``decode`` section
     (:meth:`resolve`). ConfigError naming the option for a bad value."""
 
@@ -71,10 +72,9 @@ class DecodingOptions:
         without an LM), length_candidates, count_prior and ctc_score_weight; ConfigError when the model cannot decode
         that way."""
         options = self.resolve(loaded.cfg.decode)
-        if options.length_candidates > 0 and not (loaded.cfg.model.type == "paraformer"
-                                                 and loaded.cfg.model.predictor == "cif"):
-            raise ConfigError("--length-candidates needs a Paraformer with the CIF predictor (this checkpoint: "
-                              f"{loaded.cfg.model.type}, predictor {loaded.cfg.model.predictor!r}); use 0")
+        if options.length_candidates > 0 and loaded.cfg.model.type != "paraformer":
+            raise ConfigError(f"--length-candidates needs a Paraformer (this checkpoint: {loaded.cfg.model.type}); "
+                              "use 0")
         if options.ctc_score_weight > 0:
             check_ctc_score(loaded.cfg.model, options.method, options.length_candidates)
         lm = None
@@ -98,11 +98,12 @@ def add_decoding_arguments(parser) -> None:
                             "characters or subword units), estimated from its training transcripts (0 = no LM)")
     group.add_argument("--lm-weight", type=float, default=None, help="shallow-fusion weight of the LM")
     group.add_argument("--length-candidates", type=int, default=None,
-                       help="Paraformer with the CIF: also decode the token counts N +- 1..K and keep the one with "
-                            "the best score per token (0 = off)")
+                       help="Paraformer: also decode K candidate token counts either side of the extractor's own "
+                            "(the CIF: N +- 1..K; the CTC extractor: the greedy path with the blank's log-prob "
+                            "offset by up to K steps) and keep the one with the best score per token (0 = off)")
     group.add_argument("--count-prior", type=float, default=None,
-                       help="with --length-candidates: subtract this times each candidate's distance to the CIF's "
-                            "expected token count from its score (0 = none)")
+                       help="with --length-candidates: subtract this times each candidate's distance to the "
+                            "extractor's expected token count from its score (0 = none)")
     group.add_argument("--ctc-score-weight", type=float, default=None,
                        help="a model trained with a CTC head: add this times each hypothesis's CTC log-likelihood per "
                             "token to its score, over the length candidates (Paraformer) or the beams "

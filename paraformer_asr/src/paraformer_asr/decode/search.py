@@ -44,8 +44,9 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
                        ctc_score_weight: float = 0.0) -> tuple[list[Transcript], float]:
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``.
-    ``length_candidates`` k > 0 (a Paraformer with the CIF): the token counts N +- 1..k are decoded too and the
-    best per token kept, less ``count_prior`` x its distance to the CIF's expected count and plus
+    ``length_candidates`` k > 0 (a Paraformer): k candidate token counts either side of the extractor's own are
+    decoded too (models/paraformer.py, ``decode_length_candidates``) and the best per token kept, less
+    ``count_prior`` x its distance to the extractor's expected count and plus
     ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``); the autoregressive
     baseline's beams are ranked again with that CTC term (``model.beam_search``).
     With a ``clock`` (decode/timestamps.py) every token also gets its CIF times; only models with

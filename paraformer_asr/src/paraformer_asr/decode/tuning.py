@@ -5,7 +5,9 @@ an LM of the training transcripts knows nothing, while on command phrases in unh
 one off and an LM of the phrases knows which spellings exist. So the decoding is chosen per trained model, the way
 the CIF's ``alpha_scale`` is calibrated: every setting of a small grid decodes the validation set, and the first
 setting (the simplest) whose CER is within ``TIE_TOLERANCE`` of the lowest wins: a difference of a few characters on
-a validation set is noise, and a near-tie should not buy a more specific setting. The grid, in that order, around the
+a validation set is noise, and a near-tie should not buy a more specific setting. The CTC token extractor
+(``model.predictor: ctc``) is tuned with the same grid: its length candidates are its greedy path under blank offsets
+(models/ctc_extractor.py), its expected count the plain greedy path's. The grid, in that order, around the
 config's ``decode`` section:
 
     greedy, one pass                                   (no length candidates; last for a model with a CTC head)
@@ -113,14 +115,13 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
                     spread: int | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
     """:func:`tune_decoding` for a checkpoint file or run folder on its ``split`` (length candidates +- ``spread``
     when given) -> (its payload with the chosen ``decode`` section in its config and a ``decoding_tuned_on`` record,
-    the choice, the grid's rows). ConfigError for a model without the CIF (nothing to tune)."""
+    the choice, the grid's rows). ConfigError for the autoregressive baseline (nothing to tune)."""
     device = device or torch.device("cpu")
     checkpoint = resolve_eval_checkpoint(path)
     payload = load_checkpoint(checkpoint)
     loaded = model_from_checkpoint(payload, checkpoint, device)
-    if not (loaded.cfg.model.type == "paraformer" and loaded.cfg.model.predictor == "cif"):
-        raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer with the CIF predictor (this one: "
-                          f"{loaded.cfg.model.type}, predictor {loaded.cfg.model.predictor!r})")
+    if loaded.cfg.model.type != "paraformer":
+        raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer (this one: {loaded.cfg.model.type})")
     loader = evaluation_loader(loaded, split, None, batch_size)
     best, rows = tune_decoding(loaded, loader, device, spread)
     payload["config"]["decode"] = dataclasses.asdict(best)

@@ -1,10 +1,11 @@
 """The modules that are exported as ONNX graphs: each wraps part of a trained model with plain tensor inputs and
 outputs (names and shapes in docs/tensor_contracts.md, "Exported graphs").
 
-Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``, plus ``ctc`` (the CTC head, for the CTC score of length
-candidates) for a CIF model trained with one. The predictor (the token extractor, ``model.predictor``) is its own
-graph: ``predictor_cif`` or ``predictor_ctc``, the entries of :data:`PREDICTOR_GRAPHS`, both taking
-(encoder_out, enc_mask) and giving token embeddings over a fixed number of slots with the token counts. AR
+Paraformer: ``encoder`` -> ``predictor`` -> ``decoder``, plus ``ctc`` (the CTC head: the CTC score of length
+candidates, and the CTC extractor's own candidates) for a model trained with one. The predictor (the token
+extractor, ``model.predictor``) is its own graph: ``predictor_cif`` or ``predictor_ctc``, the entries of
+:data:`PREDICTOR_GRAPHS`, both taking (encoder_out, enc_mask) and giving token embeddings over a fixed number of
+slots with the token counts. AR
 baseline: ``encoder``, ``cross_kv`` (the cross-attention keys/values, projected once per utterance) and
 ``decoder_step`` (one token with the self-attention key/value cache as inputs and outputs), plus ``ctc`` with a CTC
 head (it ranks the finished beams again); the search loops stay in Python (decode/ar_search.py).
@@ -182,8 +183,6 @@ def paraformer_graphs(model: Paraformer, input_dim: int, predictor: str = "cif")
     decoder = GraphSpec("decoder", NarDecoderGraph(model), (embeddings, token_mask, encoder_out, enc_mask),
                         {"embeddings": {0: BATCH, 1: TOKENS}, "token_mask": {0: BATCH, 1: TOKENS}, **enc_axes},
                         {"logits": {0: BATCH, 1: TOKENS}})
-    if predictor != "cif":
-        return [encoder, predictor_spec, decoder]
     return [encoder, predictor_spec, decoder, *_ctc_spec(model, encoder_out)]
 
 

@@ -10,6 +10,14 @@ Instead of the CIF's integrate-and-fire, every output token owns the encoder fra
 Token k's query is the mean of the encoder states of its frames; its span [first frame, last frame + 1) gives
 its time (decode/timestamps.py). The alignment is a max-product DP over time, batched over utterances and
 states; the frame merge is a cumsum, the means one token-by-frame matrix product (no loop over frames or tokens).
+
+Length candidates (the CTC counterpart of the CIF's N +- k): the greedy path again with the blank's log-prob raised
+or lowered by a few steps of BLANK_OFFSET_STEP. Raising it drops the tokens the path holds least surely (a letter
+read twice, a piece split in two); lowering it lets in a token wherever a label came second to the blank by less
+than the offset (a piece the path merged or missed). Each offset gives one merged path, so one candidate count;
+the decoder, the LM and the CTC score choose among them (models/paraformer.py, decode_length_candidates). As with
+the CIF's candidates, none is empty unless the plain path is: an empty hypothesis scores 0 per token, more than any
+other can.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ import torch.nn as nn
 from paraformer_asr.checks import assert_shape, check_padding_mask, lengths_to_mask
 
 NO_TOKEN = -1  # token index of a blank or padding frame
+BLANK_OFFSET_STEP = 0.5  # nats between neighbouring length candidates' blank offsets (docs/results.md, "Length
+# candidates for the CTC extractor")
 
 
 @dataclass
@@ -38,6 +48,47 @@ class CtcExtraction:
     frame_ends: torch.Tensor
     frame_weights: torch.Tensor
     frame_tokens: torch.Tensor
+
+    def select(self, rows: torch.Tensor) -> "CtcExtraction":
+        """The utterances ``rows`` [R] long of this extraction, N shrunk to their longest count."""
+        num_tokens = self.num_tokens[rows]  # [R]
+        width = int(num_tokens.max()) if num_tokens.numel() > 0 else 0
+        return CtcExtraction(embeddings=self.embeddings[rows, :width], token_mask=self.token_mask[rows, :width],
+                             num_tokens=num_tokens, frame_starts=self.frame_starts[rows, :width],
+                             frame_ends=self.frame_ends[rows, :width], frame_weights=self.frame_weights[rows],
+                             frame_tokens=self.frame_tokens[rows])
+
+
+def blank_offsets(spread: int, device: torch.device | None = None) -> torch.Tensor:
+    """The length candidates' offsets of the blank log-prob: [2 * spread + 1], from spread x BLANK_OFFSET_STEP down
+    to -spread x BLANK_OFFSET_STEP (fewest tokens first; the middle one, 0, is the plain greedy path)."""
+    return torch.arange(spread, -spread - 1, -1, device=device) * BLANK_OFFSET_STEP
+
+
+def offset_blank(log_probs: torch.Tensor, offsets: torch.Tensor, blank_id: int) -> torch.Tensor:
+    """log_probs [B, T, V], offsets [K] -> [B*K, T, V]: row b*K + k is utterance b with ``offsets[k]`` added to the
+    blank's log-prob (scores for the greedy path, no longer normalised)."""
+    width = offsets.shape[0]
+    shifted = log_probs.repeat_interleave(width, dim=0)  # [B*K, T, V]
+    shifted[..., blank_id] += offsets.to(shifted.dtype).repeat(log_probs.shape[0]).unsqueeze(1)  # [B*K, 1]
+    return shifted
+
+
+def candidate_frame_tokens(log_probs: torch.Tensor, mask: torch.Tensor, offsets: torch.Tensor,
+                           blank_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The length candidates' paths: log_probs [B, T, V], mask [B*K, T] (each utterance's mask K times), offsets [K]
+    (:func:`blank_offsets`, 0 in the middle) -> (frame_tokens [B*K, T] long, num_tokens [B*K]): row b*K + k the
+    merged greedy path of utterance b with ``offsets[k]`` added to the blank's log-prob; a path left without tokens
+    where the plain one (offset 0) has some is replaced by the plain one."""
+    batch, width = log_probs.shape[0], offsets.shape[0]
+    frame_tokens = greedy_frame_tokens(offset_blank(log_probs, offsets, blank_id), mask, blank_id)  # [B*K, T]
+    num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B*K]
+    middle = torch.arange(batch, device=log_probs.device) * width + width // 2  # [B] rows of offset 0
+    plain_tokens = frame_tokens[middle].repeat_interleave(width, dim=0)  # [B*K, T]
+    plain_counts = num_tokens[middle].repeat_interleave(width)  # [B*K]
+    keep = (num_tokens > 0) | (plain_counts == 0)  # [B*K]
+    return (torch.where(keep.unsqueeze(1), frame_tokens, plain_tokens),
+            torch.where(keep, num_tokens, plain_counts))
 
 
 def greedy_frame_tokens(log_probs: torch.Tensor, mask: torch.Tensor, blank_id: int) -> torch.Tensor:
@@ -159,19 +210,29 @@ class CtcTokenExtractor(nn.Module):
             return self.greedy(hidden, mask, log_probs)
         assert_shape(target_lengths, "B", "target_lengths", dims)
         frame_tokens, _ = forced_alignment(log_probs, mask, targets, target_lengths, self.blank_id)
-        return self._extraction(hidden, mask, log_probs, frame_tokens, target_lengths.long())
+        return frames_to_extraction(hidden, mask, log_probs, frame_tokens, target_lengths.long(), self.blank_id)
 
     def greedy(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
                width: int | None = None) -> CtcExtraction:
         """Inference: the queries of the merged greedy path (``width`` token slots, as :func:`pool_frames`)."""
-        frame_tokens = greedy_frame_tokens(log_probs, mask, self.blank_id)  # [B, T]
-        num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
-        return self._extraction(hidden, mask, log_probs, frame_tokens, num_tokens, width)
+        return greedy_extraction(hidden, mask, log_probs, self.blank_id, width)
 
-    def _extraction(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
-                    frame_tokens: torch.Tensor, num_tokens: torch.Tensor, width: int | None = None) -> CtcExtraction:
-        embeddings, starts, ends = pool_frames(hidden, frame_tokens, num_tokens, width)  # [B, N, D], [B, N], [B, N]
-        token_mask = lengths_to_mask(num_tokens, embeddings.shape[1])  # [B, N]
-        not_blank = (1.0 - log_probs.detach()[..., self.blank_id].exp()) * mask  # [B, T]
-        return CtcExtraction(embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens, frame_starts=starts,
-                             frame_ends=ends, frame_weights=not_blank, frame_tokens=frame_tokens)
+
+def greedy_extraction(hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor, blank_id: int,
+                      width: int | None = None) -> CtcExtraction:
+    """The queries of the merged greedy path: hidden [B, T, D], mask [B, T], log_probs [B, T, V] -> CtcExtraction
+    (``width`` token slots, as :func:`pool_frames`)."""
+    frame_tokens = greedy_frame_tokens(log_probs, mask, blank_id)  # [B, T]
+    num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
+    return frames_to_extraction(hidden, mask, log_probs, frame_tokens, num_tokens, blank_id, width)
+
+
+def frames_to_extraction(hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor, frame_tokens: torch.Tensor,
+                         num_tokens: torch.Tensor, blank_id: int, width: int | None = None) -> CtcExtraction:
+    """Each frame's token [B, T] -> the CtcExtraction: pooled queries and spans (:func:`pool_frames`), the token
+    mask, and the not-blank posterior of every frame."""
+    embeddings, starts, ends = pool_frames(hidden, frame_tokens, num_tokens, width)  # [B, N, D], [B, N], [B, N]
+    token_mask = lengths_to_mask(num_tokens, embeddings.shape[1])  # [B, N]
+    not_blank = (1.0 - log_probs.detach()[..., blank_id].exp()) * mask  # [B, T]
+    return CtcExtraction(embeddings=embeddings, token_mask=token_mask, num_tokens=num_tokens, frame_starts=starts,
+                         frame_ends=ends, frame_weights=not_blank, frame_tokens=frame_tokens)

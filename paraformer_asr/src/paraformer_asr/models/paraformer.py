@@ -22,7 +22,8 @@ from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, label_smoothed_
 from paraformer_asr.models.cif import (CifOutput, CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count,
                                        scale_to_counts)
 from paraformer_asr.models.ctc import ctc_rescored, optional_ctc_head
-from paraformer_asr.models.ctc_extractor import CtcExtraction, CtcTokenExtractor
+from paraformer_asr.models.ctc_extractor import (CtcExtraction, CtcTokenExtractor, blank_offsets,
+                                                 candidate_frame_tokens, frames_to_extraction)
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.glancing import glancing_mix
@@ -49,7 +50,8 @@ class ParaformerDecoding:
     ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas, calibrated alphas)`` ([B, T'] each, threshold units) and
     ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
     alone, for length candidates), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's, for the
-    CTC score of length candidates), ``cfg`` (its ModelConfig), ``pad_id``, ``eos_id`` and ``blank_id``."""
+    CTC score of length candidates and the CTC extractor's candidates), ``cfg`` (its ModelConfig), ``pad_id``,
+    ``eos_id`` and ``blank_id``."""
 
     gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
 
@@ -116,46 +118,41 @@ class ParaformerDecoding:
     @torch.no_grad()
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
                                  beam_size: int = 1, lm=None, lm_weight: float = 0.0, count_prior: float = 0.0,
-                                 ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, CifOutput,
+                                 ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
                                                                          torch.Tensor]:
-        """Length candidates (CIF only): the CIF's own count N and N +- 1..``spread`` (:func:`candidate_counts`)
-        are each decoded in one batched pass, with the alphas scaled to sum to the candidate count as in training.
+        """Length candidates: 2 x ``spread`` + 1 token extractions per utterance, decoded in one batched pass. CIF:
+        its own count N and N +- 1..``spread`` (:func:`candidate_counts`), the alphas scaled to sum to each as in
+        training. CTC: the greedy path with the blank's log-prob offset by -``spread``..``spread`` steps
+        (models/ctc_extractor.py, :func:`blank_offsets`), one count each.
         Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
         x the LM's sentence log-prob with an ``lm``, plus ``ctc_score_weight`` x its CTC log-likelihood over the
         encoder frames (``ctc_log_likelihood``; models with a CTC head), all divided by its token count; less
-        ``count_prior`` x the candidate's distance to the CIF's own expected count (the sum of its calibrated
-        alphas). The best per utterance wins. A count one off spells a word with a letter too many or too few: the
-        candidates let the decoder's, the LM's and the CTC head's confidence pick the count instead, and the prior
-        says how far to trust the CIF over them (data where it counts well want a prior). The CTC head scores every
-        frame of the utterance, so it tells a doubled or dropped letter from a right one where the decoder, which
-        sees the candidate's count as given, cannot.
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' CifOutput; their
+        ``count_prior`` x the candidate's distance to the extractor's own expected count (CIF: the sum of its
+        calibrated alphas; CTC: the plain greedy path's count). The best per utterance wins. A count one off spells a
+        word with a letter too many or too few: the candidates let the decoder's, the LM's and the CTC head's
+        confidence pick the count instead, and the prior says how far to trust the extractor over them (data where it
+        counts well want a prior). The CTC head scores every frame of the utterance, so it tells a doubled or dropped
+        letter from a right one where the decoder, which sees the candidate's count as given, cannot.
+        -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' extraction; their
         scores per token [B], the prior's and the CTC's terms included)."""
-        if self.cfg.predictor != "cif":
-            raise ValueError(f"length candidates need the CIF predictor, not {self.cfg.predictor!r}")
         if spread < 1:
             raise ValueError(f"length candidates need a spread >= 1, got {spread}")
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        ctc_log_probs = self.ctc_log_probs(encoder_out) if ctc_score_weight > 0 else None  # [B, T', V]
-        if ctc_score_weight > 0 and ctc_log_probs is None:
-            raise ValueError("a CTC score needs a model trained with a CTC head (model.ctc_weight > 0)")
-        alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
-        counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
-        candidates = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias)  # [B, K]
-        batch, width = candidates.shape
-        expected = calibrated.sum(dim=1).repeat_interleave(width)  # [B*K] the CIF's own expected count
+        reads_ctc = ctc_score_weight > 0 or self.cfg.predictor == "ctc"
+        ctc_log_probs = self.ctc_log_probs(encoder_out) if reads_ctc else None  # [B, T', V]
+        if reads_ctc and ctc_log_probs is None:
+            raise ValueError("a CTC score and the CTC extractor's length candidates need a model trained with a CTC "
+                             "head (model.ctc_weight > 0; exported: its ctc graph)")
+        batch, width = encoder_out.shape[0], 2 * spread + 1
         frames = enc_mask.sum(dim=1)  # [B]
-        encoder_out = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
-        enc_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
-        alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
-        alpha_sum = alphas.sum(dim=1)  # [B*K]
-        num_tokens = candidates.flatten()  # [B*K]
-        integrated = scale_to_counts(alphas, num_tokens, alpha_sum)  # [B*K, T']
-        embeddings, token_mask, fires = cif_integrate(encoder_out, integrated, num_tokens)  # [B*K, N, D] ...
-        extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alpha_sum,
-                               integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
-                               num_tokens=num_tokens, fire_frames=fires)
-        logits = self.decode_queries(embeddings, token_mask, encoder_out, enc_mask)  # [B*K, N, V]
+        repeated = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
+        repeated_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
+        if self.cfg.predictor == "ctc":
+            extraction, expected = self._ctc_candidates(repeated, repeated_mask, ctc_log_probs, spread)
+        else:
+            extraction, expected = self._cif_candidates(encoder_out, enc_mask, repeated, spread)
+        logits = self.decode_queries(extraction.embeddings, extraction.token_mask, repeated,
+                                     repeated_mask)  # [B*K, N, V]
         log_probs, extraction = self._log_posteriors(logits, extraction)
         beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B*K, beam, N]
         hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
@@ -163,7 +160,7 @@ class ParaformerDecoding:
         per_token = scores.view(batch, hypotheses) / lengths.clamp(min=1)  # [B, K*beam]
         per_token = per_token - count_prior * (lengths - expected.view(batch, width).repeat_interleave(
             beams.shape[1], dim=1)).abs()
-        if ctc_log_probs is not None:
+        if ctc_score_weight > 0:
             per_token = ctc_rescored(per_token, beams.reshape(batch, hypotheses, -1), lengths, ctc_log_probs, frames,
                                      self.blank_id, ctc_score_weight)
         best = per_token.argmax(dim=1)  # [B]
@@ -171,6 +168,38 @@ class ParaformerDecoding:
         chosen = extraction.select(rows // beams.shape[1])
         return (beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen,
                 per_token.flatten()[rows])
+
+    def _cif_candidates(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, repeated: torch.Tensor,
+                        spread: int) -> tuple[CifOutput, torch.Tensor]:
+        """encoder_out [B, T', D], enc_mask [B, T'], repeated [B*K, T', D] (each utterance K = 2 x spread + 1 times)
+        -> (the CIF integrated to the counts N - spread .. N + spread, row b*K + k the k-th of utterance b; the CIF's
+        expected count [B*K], the sum of its calibrated alphas)."""
+        width = 2 * spread + 1
+        alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
+        counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
+        num_tokens = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias).flatten()  # [B*K]
+        alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
+        alpha_sum = alphas.sum(dim=1)  # [B*K]
+        integrated = scale_to_counts(alphas, num_tokens, alpha_sum)  # [B*K, T']
+        embeddings, token_mask, fires = cif_integrate(repeated, integrated, num_tokens)  # [B*K, N, D] ...
+        extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alpha_sum,
+                               integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
+                               num_tokens=num_tokens, fire_frames=fires)
+        return extraction, calibrated.sum(dim=1).repeat_interleave(width)
+
+    def _ctc_candidates(self, repeated: torch.Tensor, repeated_mask: torch.Tensor, ctc_log_probs: torch.Tensor,
+                        spread: int) -> tuple[CtcExtraction, torch.Tensor]:
+        """repeated [B*K, T', D], repeated_mask [B*K, T'] (each utterance K = 2 x spread + 1 times), ctc_log_probs
+        [B, T', V] -> (the merged greedy paths under the blank offsets of :func:`blank_offsets`, row b*K + k the k-th
+        of utterance b; the plain greedy path's count [B*K], the expected count)."""
+        width = 2 * spread + 1
+        offsets = blank_offsets(spread, ctc_log_probs.device)  # [K]
+        frame_tokens, num_tokens = candidate_frame_tokens(ctc_log_probs, repeated_mask, offsets,
+                                                          self.blank_id)  # [B*K, T'], [B*K]
+        extraction = frames_to_extraction(repeated, repeated_mask, ctc_log_probs.repeat_interleave(width, dim=0),
+                                          frame_tokens, num_tokens, self.blank_id)
+        plain = num_tokens.view(-1, width)[:, spread]  # [B] offset 0
+        return extraction, plain.to(torch.float32).repeat_interleave(width)
 
     @torch.no_grad()
     def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
