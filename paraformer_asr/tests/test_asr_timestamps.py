@@ -1,6 +1,8 @@
 """CIF timestamps: token spans against a frame-by-frame reference, the frame clock, word grouping, and times on a
 trained toy model against the toy set's true boundaries."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -140,6 +142,11 @@ def test_alignment_plot_data_and_figure(tmp_path):
     assert first["reference_ms"] == ((batch.boundaries[0][batch.boundaries[0] >= 0] + 1) * 10.0).tolist()
     plot_cif_alignments(plots, ["a", "b"], tmp_path / "cif.png")
     assert (tmp_path / "cif.png").stat().st_size > 10_000
+    silent = {**first, "tokens": [], "starts_ms": [], "ends_ms": [], "reference_ms": []}  # an untrained model's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns of a legend without labels
+        plot_cif_alignments([silent], ["nothing fired"], tmp_path / "silent.png")
+    assert (tmp_path / "silent.png").is_file()
 
 
 @pytest.fixture(scope="module")

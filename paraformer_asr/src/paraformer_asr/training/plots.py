@@ -62,7 +62,8 @@ def plot_cif_alignments(plot_data: list[dict], titles: list[str], path: Path) ->
         axis.set_xlim(0.0, duration)
         axis.set_title(title, fontsize=9)
         axis.set_xlabel("time (ms)")
-        axis.legend(loc="lower right", fontsize=7, framealpha=0.8)
+        if axis.get_legend_handles_labels()[0]:  # nothing to name before the first token fires
+            axis.legend(loc="lower right", fontsize=7, framealpha=0.8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
