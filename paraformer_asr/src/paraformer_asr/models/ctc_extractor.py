@@ -215,16 +215,9 @@ class CtcTokenExtractor(nn.Module):
     def greedy(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
                width: int | None = None) -> CtcExtraction:
         """Inference: the queries of the merged greedy path (``width`` token slots, as :func:`pool_frames`)."""
-        return greedy_extraction(hidden, mask, log_probs, self.blank_id, width)
-
-
-def greedy_extraction(hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor, blank_id: int,
-                      width: int | None = None) -> CtcExtraction:
-    """The queries of the merged greedy path: hidden [B, T, D], mask [B, T], log_probs [B, T, V] -> CtcExtraction
-    (``width`` token slots, as :func:`pool_frames`)."""
-    frame_tokens = greedy_frame_tokens(log_probs, mask, blank_id)  # [B, T]
-    num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
-    return frames_to_extraction(hidden, mask, log_probs, frame_tokens, num_tokens, blank_id, width)
+        frame_tokens = greedy_frame_tokens(log_probs, mask, self.blank_id)  # [B, T]
+        num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
+        return frames_to_extraction(hidden, mask, log_probs, frame_tokens, num_tokens, self.blank_id, width)
 
 
 def frames_to_extraction(hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor, frame_tokens: torch.Tensor,
