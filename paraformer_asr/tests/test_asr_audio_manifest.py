@@ -1,5 +1,5 @@
 """JSON Lines manifests and ManifestDataset: parsing errors name file and line, skipping is counted, items,
-segments, word times, on-the-fly features, speed and voice perturbation."""
+segments, word times, on-the-fly features, speed and voice perturbation, edge pads."""
 
 import dataclasses
 import json
@@ -11,7 +11,7 @@ import torch
 
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.manifest import ManifestDataset, read_manifest
-from paraformer_asr.data.audio import write_audio
+from paraformer_asr.data.audio import noise_floor, write_audio
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.errors import DataError
 
@@ -251,6 +251,47 @@ def test_speed_perturbation_draws_are_a_pure_function_of_seed_index_and_epoch(tm
         other_draws.update({(epoch, index): other_seed.speed_factor(index) for index in range(4)})
     assert other_draws != drawn
     assert dataset.frame_counts() == plain.frame_counts() == plain.frame_counts(epoch=3)  # unperturbed
+
+
+def test_edge_pads_are_quiet_drawn_per_item_and_epoch_and_counted_by_the_sampler(tmp_path):
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1", "22", "333", "4444"])))
+    words = [{"word": "one", "start_ms": 100.0, "end_ms": 200.0}]
+    entries = [dataclasses.replace(entries[0], words=words), *entries[1:]]
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), speed_factors=[0.9, 1.1], seed=5,
+                              edge_pad_ms=100)
+    draws = set()
+    for epoch in range(6):
+        dataset.set_epoch(epoch)
+        pads = dataset.edge_pads_of_epoch(epoch)  # [4, 2] samples
+        assert pads.shape == (4, 2) and pads.min() >= 0 and pads.max() <= 1600
+        draws.add(tuple(pads.flatten().tolist()))
+        for index in range(4):
+            item = dataset[index]
+            factor = dataset.speed_factor(index)
+            perturbed = -(-1600 * (len(entries[index].text) + 1) * 16000 // round(16000 * factor))
+            assert round(item["duration_s"] * 16000) == perturbed + pads[index].sum()
+            assert item["features"].shape[0] == dataset.frame_counts(epoch)[index]  # what the sampler buckets by
+            if index == 0:
+                assert item["words"][0]["start_ms"] == pytest.approx(100.0 / factor + pads[0, 0] / 16)
+    assert len(draws) == 6  # drawn again every epoch
+    again = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), speed_factors=[0.9, 1.1], seed=5,
+                            edge_pad_ms=100)
+    again.set_epoch(4)
+    dataset.set_epoch(4)
+    assert torch.equal(again[2]["features"], dataset[2]["features"])
+    plain = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend())
+    assert plain.edge_pads_of_epoch(3).sum() == 0 and plain.frame_counts(epoch=3) == plain.frame_counts()
+
+
+def test_edge_pads_keep_the_speech_and_stay_below_its_noise_floor(tmp_path):
+    entries = read_manifest(write_manifest(tmp_path / "m.jsonl", make_corpus(tmp_path, ["1"])))
+    dataset = ManifestDataset(entries, DigitTokenizer(), LogMelFrontend(), edge_pad_ms=100)
+    speech = 0.5 * torch.randn(3200) * torch.linspace(0.01, 1.0, 3200)  # [N], louder towards its end
+    padded = dataset._pad_edges(speech, 800, 1200, 0)  # [800 + N + 1200]
+    assert padded.shape == (5200,)
+    assert torch.equal(padded[800:4000], speech)
+    quiet = torch.cat([padded[:800], padded[4000:]])
+    assert quiet.square().mean().sqrt() <= 1.2 * noise_floor(speech.numpy(), 16000)
 
 
 def test_speed_perturbation_changes_tempo_and_pitch_together():

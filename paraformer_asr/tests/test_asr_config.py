@@ -46,6 +46,9 @@ BAD_CONFIGS = [
     ({"data": {"voice_perturb": {"envelope_terms": 4, "envelope_max_db": 6}}},
      "config key 'data.voice_perturb' must be off (zeros) for toy data"),
     ({"data": {"voice_perturb": {"envelope_max_db": -3}}}, "config key 'data.voice_perturb.envelope_max_db' must be"),
+    ({"data": {"kind": "manifest", "train_manifest": "t.jsonl", "val_manifest": "v.jsonl", "edge_pad_ms": -50}},
+     "config key 'data.edge_pad_ms' must be >= 0"),
+    ({"data": {"edge_pad_ms": 300}}, "config key 'data.edge_pad_ms' must be 0 for toy data"),
 ]
 
 

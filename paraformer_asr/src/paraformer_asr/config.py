@@ -97,6 +97,7 @@ class DataConfig:
     tokenizer: str = field(default="char", metadata=_choices("char", "bpe", "unigram"))
     vocab_size: int = 256  # bpe / unigram: most token ids, specials included (a soft limit)
     speed_perturb: Optional[list[float]] = None  # e.g. [0.9, 1.0, 1.1]: one factor per training item and epoch
+    edge_pad_ms: float = 0.0  # training only: 0 .. this much quiet added before and after each item, drawn per epoch
     voice_perturb: VoicePerturbConfig = field(default_factory=VoicePerturbConfig)
     utterance_mean: bool = False  # subtract each utterance's mean log-mel before the global normalisation
 
@@ -348,6 +349,7 @@ def validate(cfg: Config) -> Config:
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     for factor in data.speed_perturb or []:
         _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", data.speed_perturb)
+    _require(data.edge_pad_ms >= 0, "data.edge_pad_ms", ">= 0", data.edge_pad_ms)
     voice = data.voice_perturb
     _require(0 <= voice.max_warp < 1, "data.voice_perturb.max_warp", "in [0, 1)", voice.max_warp)
     _require(voice.envelope_terms >= 0, "data.voice_perturb.envelope_terms", ">= 0", voice.envelope_terms)
@@ -361,6 +363,7 @@ def validate(cfg: Config) -> Config:
     if data.kind == "toy":
         _require(not data.speed_perturb, "data.speed_perturb", "null for toy data (it resamples audio)",
                  data.speed_perturb)
+        _require(data.edge_pad_ms == 0, "data.edge_pad_ms", "0 for toy data (it pads audio)", data.edge_pad_ms)
         _require(voice.max_warp == 0 and voice.envelope_terms * voice.envelope_max_db == 0,
                  "data.voice_perturb", "off (zeros) for toy data (it perturbs log-mel features)", voice)
         toy = data.toy

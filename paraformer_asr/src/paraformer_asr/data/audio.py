@@ -13,6 +13,7 @@ Contracts:
     to_mono(samples [C, N], sample_rate, target_rate)      -> [N'] float32 (channel mean, resampled)
     load_audio(path, target_sample_rate, start_s=None, end_s=None) -> [N] float32 (mono, at the target rate)
     write_audio(path, samples [N] | [C, N], sample_rate, subtype=None)   format from the suffix (.wav, .flac, .ogg)
+    noise_floor(samples [N] float array, sample_rate)      -> RMS of the quietest tenth of its 20 ms blocks
 
 ``start_s`` / ``end_s`` select a segment in seconds (``end_s`` None = to the end of the file); only its frames are
 decoded (a seek, then a read). ``source`` may be a path or a binary file object (e.g. ``io.BytesIO`` of an upload).
@@ -122,6 +123,22 @@ def segment_frames(sample_rate: int, num_frames: int, start_s: float | None, end
     if end <= start:
         raise DataError(f"{name}: the segment [{start_s or 0.0:g} s, {end_s:g} s) holds no samples")
     return start, end - start
+
+
+FLOOR_BLOCK_S = 0.02
+FLOOR_QUANTILE = 0.1
+
+
+def noise_floor(samples: np.ndarray, sample_rate: int) -> float:
+    """samples [N] -> the RMS of its quietest FLOOR_QUANTILE of FLOOR_BLOCK_S blocks (0 for fewer than one block): how
+    loud a recording is between its words."""
+    block = max(1, round(FLOOR_BLOCK_S * sample_rate))
+    count = samples.shape[0] // block
+    if count == 0:
+        return 0.0
+    power = np.square(samples[:count * block].reshape(count, block)).mean(axis=1)  # [count]
+    quiet = np.sort(power)[:max(1, round(count * FLOOR_QUANTILE))]
+    return float(np.sqrt(quiet.mean()))
 
 
 def to_mono(samples: torch.Tensor, sample_rate: int, target_sample_rate: int) -> torch.Tensor:

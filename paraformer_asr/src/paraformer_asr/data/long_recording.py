@@ -5,7 +5,7 @@ The recording is written as it is made (one utterance in memory at a time): a pa
 each utterance mixed to mono and resampled to ``sample_rate``, 16-bit PCM WAV quantised as ``write_audio`` does.
 Pause lengths are drawn uniformly from ``pause_s`` by a generator seeded with ``seed``. What fills a pause is the
 ``gap`` kind: 'noise' (the default) is white noise at the noise floor of the utterance it precedes (the last pause:
-of the last utterance), the RMS of its quietest tenth of 20 ms blocks, so that a pause is as quiet as the
+of the last utterance; data/audio.py, ``noise_floor``), the RMS of its quietest tenth of 20 ms blocks, so that a pause is as quiet as the
 utterances' own edges; 'silence' is digital silence (zeros), as between clips joined by an editor; 'none' joins the
 utterances back to back, with no pause but their own edges. With ``target_seconds`` the
 manifest's utterances are taken in order, again from the first when they run out, until the recording is at least
@@ -19,7 +19,6 @@ source's ``id``, ``start_ms`` and ``end_ms`` in the recording (ignored by the ma
 Contracts:
     join_utterances(entries, wav_path, sample_rate, pause_s=(0.2, 1.0), seed=0, target_seconds=None,
                     gap='noise') -> dict
-    noise_floor(samples [N], sample_rate)  -> RMS of the quietest tenth of its 20 ms blocks
 """
 
 from __future__ import annotations
@@ -30,25 +29,12 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from paraformer_asr.data.audio import load_audio
+from paraformer_asr.data.audio import load_audio, noise_floor
 from paraformer_asr.data.manifest import ManifestEntry
 from paraformer_asr.errors import DataError
 
 DEFAULT_PAUSE_S = (0.2, 1.0)
 GAP_KINDS = ("noise", "silence", "none")
-FLOOR_BLOCK_S = 0.02
-FLOOR_QUANTILE = 0.1
-
-
-def noise_floor(samples: np.ndarray, sample_rate: int) -> float:
-    """samples [N] -> the RMS of its quietest FLOOR_QUANTILE of FLOOR_BLOCK_S blocks (0 for fewer than one block)."""
-    block = max(1, round(FLOOR_BLOCK_S * sample_rate))
-    count = samples.shape[0] // block
-    if count == 0:
-        return 0.0
-    power = np.square(samples[:count * block].reshape(count, block)).mean(axis=1)  # [count]
-    quiet = np.sort(power)[:max(1, round(count * FLOOR_QUANTILE))]
-    return float(np.sqrt(quiet.mean()))
 
 
 def join_utterances(entries: list[ManifestEntry], wav_path: str | Path, sample_rate: int,

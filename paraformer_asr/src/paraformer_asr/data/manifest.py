@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from paraformer_asr.data.audio import audio_info, load_audio, segment_frames
+from paraformer_asr.data.audio import audio_info, load_audio, noise_floor, segment_frames
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.resample import speed_perturb
 from paraformer_asr.data.tokenizer import Tokenizer
@@ -45,6 +45,7 @@ logger = logging.getLogger("paraformer_asr")
 
 _SPEED_STREAM = 1  # keeps the speed draws apart from SpecAugment's in the per-item seed
 _VOICE_STREAM = 2  # and the voice perturbation's, so enabling one leaves the others' draws as they were
+_EDGE_STREAM = 3  # and the edge pads'
 
 
 @dataclass(frozen=True)
@@ -179,10 +180,11 @@ class ManifestDataset(Dataset):
     Construction reads every file's header only (sample rate and length, for the frame counts of length-bucketed
     batching); unreadable headers stop with a DataError naming ``manifest:line`` or, with ``skip_bad_files``, are
     skipped and counted. An item decodes its audio (or its segment), resamples it to the front end's rate,
-    applies speed perturbation when ``speed_factors`` are given (one factor drawn per item and epoch), computes the
-    log-mel features, perturbs the voice (``voice_perturb``), then normalises them and applies SpecAugment. All
-    randomness is a pure function of (seed, index, epoch); call :meth:`set_epoch` each epoch (with DataLoader
-    workers, before the loader is iterated, without ``persistent_workers``).
+    applies speed perturbation when ``speed_factors`` are given (one factor drawn per item and epoch), pads its edges
+    when ``edge_pad_ms`` > 0 (:meth:`edge_pads_of_epoch`), computes the log-mel features, perturbs the voice
+    (``voice_perturb``), then normalises them and applies SpecAugment. All randomness is a pure function of (seed,
+    index, epoch); call :meth:`set_epoch` each epoch (with DataLoader workers, before the loader is iterated, without
+    ``persistent_workers``).
     """
 
     def __init__(
@@ -196,12 +198,14 @@ class ManifestDataset(Dataset):
         seed: int = 0,
         speed_factors: Sequence[float] = (),
         voice_perturb: VoicePerturb | None = None,
+        edge_pad_ms: float = 0.0,
     ) -> None:
         self.frontend = frontend
         self.normalizer = normalizer
         self.spec_augment = spec_augment
         self.voice_perturb = voice_perturb
         self.speed_factors = [float(f) for f in speed_factors]
+        self.max_edge_pad = round(edge_pad_ms * frontend.sample_rate / 1000)  # samples
         self.seed = int(seed)
         self.entries: list[ManifestEntry] = []
         self._num_samples: list[int] = []  # samples at frontend.sample_rate, unperturbed
@@ -243,9 +247,15 @@ class ManifestDataset(Dataset):
         return len(self.entries)
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the speed-perturbation and SpecAugment draws of this epoch."""
+        """Select the speed-perturbation, edge-pad and SpecAugment draws of this epoch."""
         self.epoch = int(epoch)
         self._epoch_factors = self.speed_factors_of_epoch(self.epoch)
+        self._epoch_pads = self.edge_pads_of_epoch(self.epoch)
+
+    @property
+    def lengths_vary(self) -> bool:
+        """Whether the items' lengths change from epoch to epoch (speed perturbation or edge pads)."""
+        return bool(self.speed_factors) or self.max_edge_pad > 0
 
     def speed_factors_of_epoch(self, epoch: int) -> np.ndarray:
         """The speed factor of every item in ``epoch``: float64 [len(self)], all 1.0 without speed perturbation.
@@ -256,18 +266,30 @@ class ManifestDataset(Dataset):
         generator = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, _SPEED_STREAM]))
         return np.asarray(self.speed_factors)[generator.integers(len(self.speed_factors), size=len(self.entries))]
 
+    def edge_pads_of_epoch(self, epoch: int) -> np.ndarray:
+        """The quiet added before and after every item in ``epoch``, in samples: int64 [len(self), 2] (lead, trail),
+        each uniform in 0 .. ``edge_pad_ms``; zeros without edge pads. One vectorised draw per epoch, as for the speed
+        factors. Speech rarely starts where a training corpus's utterances do: real recordings and other synthesizers
+        lead with a quarter of a second of quiet or more (docs/results.md, "Quiet at the edges")."""
+        if self.max_edge_pad == 0:
+            return np.zeros((len(self.entries), 2), dtype=np.int64)
+        generator = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, _EDGE_STREAM]))
+        return generator.integers(0, self.max_edge_pad + 1, size=(len(self.entries), 2))
+
     def speed_factor(self, index: int) -> float:
         """The speed factor of item ``index`` in the current epoch (1.0 without speed perturbation)."""
         return float(self._epoch_factors[index])
 
     def frame_counts(self, epoch: int | None = None) -> list[int]:
-        """Feature length T of every item, from the headers: unperturbed, or after the speed perturbation of
-        ``epoch`` (what length-bucketed batching should see that epoch)."""
+        """Feature length T of every item, from the headers: unperturbed, or after the speed perturbation and edge
+        pads of ``epoch`` (what length-bucketed batching should see that epoch)."""
         num_samples = np.asarray(self._num_samples, dtype=np.int64)  # [len(self)]
         if epoch is not None and self.speed_factors:
             rate = self.frontend.sample_rate
             played_at = np.round(rate * self.speed_factors_of_epoch(epoch)).astype(np.int64)  # as speed_perturb
             num_samples = -(-num_samples * rate // played_at)  # the resampler's ceil(N * new / old)
+        if epoch is not None:
+            num_samples = num_samples + self.edge_pads_of_epoch(epoch).sum(axis=1)
         return [self.frontend.num_frames(int(n)) for n in num_samples]
 
     def feature_iterator(self) -> Iterator[torch.Tensor]:
@@ -282,6 +304,9 @@ class ManifestDataset(Dataset):
         factor = self.speed_factor(index)
         if factor != 1.0:
             waveform = speed_perturb(waveform, self.frontend.sample_rate, factor)  # [~N / factor]
+        lead, trail = (int(n) for n in self._epoch_pads[index])
+        if lead or trail:
+            waveform = self._pad_edges(waveform, lead, trail, index)  # [lead + N + trail]
         features = self.frontend(waveform)  # [T, n_mels]
         if self.voice_perturb is not None and self.voice_perturb.enabled:
             features = self.voice_perturb(features, self._generator(index, _VOICE_STREAM))
@@ -297,9 +322,19 @@ class ManifestDataset(Dataset):
             "duration_s": waveform.numel() / self.frontend.sample_rate,
         }
         if entry.words is not None:
-            item["words"] = [{"word": w["word"], "start_ms": w["start_ms"] / factor, "end_ms": w["end_ms"] / factor}
-                             for w in entry.words]
+            shift_ms = 1000.0 * lead / self.frontend.sample_rate
+            item["words"] = [{"word": w["word"], "start_ms": w["start_ms"] / factor + shift_ms,
+                              "end_ms": w["end_ms"] / factor + shift_ms} for w in entry.words]
         return item
+
+    def _pad_edges(self, waveform: torch.Tensor, lead: int, trail: int, index: int) -> torch.Tensor:
+        """waveform [N] -> [lead + N + trail]: white noise on either side at the utterance's own noise floor
+        (data/audio.py, ``noise_floor``) times a gain drawn uniformly in [0, 1), from digital silence to a pause as
+        loud as the recording's own."""
+        generator = self._generator(index, _EDGE_STREAM)
+        level = noise_floor(waveform.numpy(), self.frontend.sample_rate) * float(torch.rand((), generator=generator))
+        quiet = torch.randn(lead + trail, generator=generator) * level  # [lead + trail]
+        return torch.cat([quiet[:lead], waveform, quiet[lead:]])
 
     def _waveform(self, index: int) -> torch.Tensor:
         entry = self.entries[index]

@@ -33,8 +33,9 @@ class DataBundle:
 
 
 def epoch_lengths(dataset: Dataset) -> Callable[[int], list[int]] | None:
-    """``epoch -> frame counts`` for a dataset whose lengths change between epochs (speed perturbation), else None."""
-    return dataset.frame_counts if isinstance(dataset, ManifestDataset) and dataset.speed_factors else None
+    """``epoch -> frame counts`` for a dataset whose lengths change between epochs (speed perturbation, edge pads),
+    else None."""
+    return dataset.frame_counts if isinstance(dataset, ManifestDataset) and dataset.lengths_vary else None
 
 
 def make_frontend(cfg: Config):
@@ -43,7 +44,8 @@ def make_frontend(cfg: Config):
 
 def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalizer: Any,
                      training: bool = False) -> Dataset:
-    """A ManifestDataset over ``manifest`` (speed and voice perturbation and SpecAugment only when ``training``)."""
+    """A ManifestDataset over ``manifest`` (speed and voice perturbation, edge pads and SpecAugment only when
+    ``training``)."""
     entries = read_manifest(manifest, skip_bad_files=cfg.data.skip_bad_files)
     check_vocabulary([e.text for e in entries], tokenizer, manifest)
     spec = cfg.data.spec_augment
@@ -55,7 +57,7 @@ def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalize
                                               voice.envelope_max_db) if training else None
     return ManifestDataset(entries, tokenizer, frontend, normalizer=normalizer, spec_augment=augment,
                            skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed, speed_factors=speed_factors,
-                           voice_perturb=voice_perturb)
+                           voice_perturb=voice_perturb, edge_pad_ms=cfg.data.edge_pad_ms if training else 0.0)
 
 
 def check_vocabulary(texts: list[str], tokenizer: Tokenizer, source: str) -> None:
