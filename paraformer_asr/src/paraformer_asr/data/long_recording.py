@@ -5,9 +5,9 @@ The recording is written as it is made (one utterance in memory at a time): a pa
 each utterance mixed to mono and resampled to ``sample_rate``, 16-bit PCM WAV quantised as ``write_audio`` does.
 Pause lengths are drawn uniformly from ``pause_s`` by a generator seeded with ``seed``. What fills a pause is the
 ``gap`` kind: 'noise' (the default) is white noise at the noise floor of the utterance it precedes (the last pause:
-of the last utterance; data/audio.py, ``noise_floor``), the RMS of its quietest tenth of 20 ms blocks, so that a pause is as quiet as the
-utterances' own edges; 'silence' is digital silence (zeros), as between clips joined by an editor; 'none' joins the
-utterances back to back, with no pause but their own edges. With ``target_seconds`` the
+of the last utterance; data/audio.py, ``noise_floor``), the RMS of its quietest tenth of 20 ms blocks, so that a
+pause is as quiet as the utterances' own edges; 'silence' is digital silence (zeros), as between clips joined by an
+editor; 'none' joins the utterances back to back, with no pause but their own edges. With ``target_seconds`` the
 manifest's utterances are taken in order, again from the first when they run out, until the recording is at least
 that long; without it every utterance is used once.
 
