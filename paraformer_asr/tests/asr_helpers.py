@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import logging
 import math
@@ -37,6 +38,30 @@ def run_script(name: str, *args, cwd, check: bool = True) -> subprocess.Complete
                             capture_output=True, text=True, env=script_environment(), timeout=240)
     if check and result.returncode != 0:
         raise AssertionError(f"{name} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def call_script(name: str, *args, cwd, check: bool = True) -> subprocess.CompletedProcess:
+    """scripts/<name> run in this process, as its entry point runs it (``run_main(main)``: a user error prints
+    ``error: ...`` and gives exit code 2), from ``cwd``, its stdout and stderr captured: what :func:`run_script`
+    checks, without the seconds a fresh interpreter spends importing torch. Each script also runs in a real
+    subprocess somewhere in the suite; this one is for the calls after that. torch's thread count, which the
+    scripts set from the config, is restored afterwards."""
+    from paraformer_asr.cli import run_main
+
+    module = load_script(Path(name).stem)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    threads, previous_dir = torch.get_num_threads(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = run_main(module.main, [str(arg) for arg in args])
+    finally:
+        os.chdir(previous_dir)
+        torch.set_num_threads(threads)
+    result = subprocess.CompletedProcess([name, *map(str, args)], code, stdout.getvalue(), stderr.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"{name} failed ({code}):\n{result.stderr[-3000:]}")
     return result
 
 

@@ -11,7 +11,7 @@ import yaml
 
 from paraformer_asr.config import load_config
 
-from asr_helpers import PROJECT, run_script, tiny_raw_config
+from asr_helpers import PROJECT, call_script, tiny_raw_config
 
 
 @pytest.mark.slow
@@ -19,7 +19,7 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     raw = tiny_raw_config()
     raw["train"].update({"epochs": 1, "max_steps": 6})
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(raw))
-    train = run_script("train.py", "--config", "tiny.yaml", "--set", "model.type=transformer_ar", "--set",
+    train = call_script("train.py", "--config", "tiny.yaml", "--set", "model.type=transformer_ar", "--set",
                        "run.name=ar", cwd=tmp_path)
     run_dir = tmp_path / train.stdout.strip().splitlines()[-1]
     assert run_dir.parent == tmp_path / "runs" and run_dir.name.endswith("_ar")
@@ -34,15 +34,15 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     assert any(key.startswith("decoder.blocks.0.self_attn") for key in state["model"])
 
     # greedy decoding already ran in the training loop's validation; the script checks the beam path
-    beam = json.loads(run_script("eval.py", "--checkpoint", run_dir, "--decode", "beam", "--beam-size", "3",
+    beam = json.loads(call_script("eval.py", "--checkpoint", run_dir, "--decode", "beam", "--beam-size", "3",
                                  cwd=tmp_path).stdout)
     assert beam["num_utterances"] == 8 and "oracle_length_cer" not in beam and 0.0 <= beam["token_accuracy"] <= 1.0 and beam["rtf"] > 0
     assert beam["decode"] == "beam" and beam["beam_size"] == 3
     assert beam["checkpoint"].endswith("best.pt")
     predictions = tmp_path / "pred.jsonl"
-    run_script("eval.py", "--checkpoint", run_dir, "--save-predictions", predictions, cwd=tmp_path)
+    call_script("eval.py", "--checkpoint", run_dir, "--save-predictions", predictions, cwd=tmp_path)
     assert set(json.loads(predictions.read_text().splitlines()[0])) == {"id", "ref", "hyp"}  # no times: no CIF
-    refused = run_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--timestamps", cwd=tmp_path,
+    refused = call_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--timestamps", cwd=tmp_path,
                          check=False)
     assert refused.returncode == 2 and "autoregressive baseline" in refused.stderr and "Traceback" not in refused.stderr
 

@@ -14,7 +14,7 @@ from paraformer_asr.training.checkpointing import load_checkpoint, save_checkpoi
 from paraformer_asr.training.loop import Trainer
 from paraformer_asr.training.run_folder import RunFolder
 
-from asr_helpers import run_script, tiny_model, tiny_raw_config
+from asr_helpers import call_script, run_script, tiny_model, tiny_raw_config
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +63,12 @@ def test_calibrating_a_model_without_a_cif_is_refused(tmp_path):
 def test_calibrate_cif_script_writes_a_checkpoint_eval_reads(uncalibrated_run, tmp_path):
     done = run_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "calibrated.pt", cwd=tmp_path)
     assert done.stdout.strip() == "calibrated.pt" and "alpha_scale 1.0000 -> " in done.stderr
-    scores = run_script("eval.py", "--checkpoint", "calibrated.pt", cwd=tmp_path)
+    scores = call_script("eval.py", "--checkpoint", "calibrated.pt", cwd=tmp_path)
     assert json.loads(scores.stdout)["num_utterances"] == 8 and "calibration_in_sample" not in scores.stdout
-    in_sample = run_script("eval.py", "--checkpoint", "calibrated.pt", "--split", "val", cwd=tmp_path)
+    in_sample = call_script("eval.py", "--checkpoint", "calibrated.pt", "--split", "val", cwd=tmp_path)
     assert json.loads(in_sample.stdout)["calibration_in_sample"] is True and "in-sample" in in_sample.stderr
-    refused = run_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "t.pt", "--split", "test",
+    refused = call_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "t.pt", "--split", "test",
                          cwd=tmp_path, check=False)
     assert refused.returncode == 2 and "--allow-test" in refused.stderr and "Traceback" not in refused.stderr
-    missing = run_script("calibrate_cif.py", "--checkpoint", "nowhere.pt", "--out", "x.pt", cwd=tmp_path, check=False)
+    missing = call_script("calibrate_cif.py", "--checkpoint", "nowhere.pt", "--out", "x.pt", cwd=tmp_path, check=False)
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "Traceback" not in missing.stderr

@@ -1,4 +1,5 @@
-"""End to end through the real scripts: train -> eval -> infer, promised files, exit codes."""
+"""End to end through the real scripts: train -> eval -> infer, promised files, exit codes. Each script runs once
+in a real subprocess; the calls after that run in this process (asr_helpers.call_script), the same ``main``."""
 
 import csv
 import json
@@ -8,7 +9,7 @@ import pytest
 import torch
 import yaml
 
-from asr_helpers import run_script, tiny_raw_config
+from asr_helpers import call_script, run_script, tiny_raw_config
 
 RESULTS_COLUMNS = ["run_id", "model_type", "epoch", "step", "train_loss", "ce_loss", "quantity_loss", "val_cer",
                    "val_token_accuracy", "val_sequence_accuracy", "cif_alpha_scale", "lr",
@@ -46,7 +47,7 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     predictions = [json.loads(line) for line in (tmp_path / "pred.jsonl").read_text().splitlines()]
     assert len(predictions) == 16 and set(predictions[0]) == {"id", "ref", "hyp", "words"}
     assert [w["word"] for w in predictions[0]["words"]] == predictions[0]["hyp"].split()
-    beam = json.loads(run_script("eval.py", "--checkpoint", run_dir / "checkpoints" / "last.pt", "--decode", "beam",
+    beam = json.loads(call_script("eval.py", "--checkpoint", run_dir / "checkpoints" / "last.pt", "--decode", "beam",
                                  "--beam-size", "3", "--lm-order", "2", "--lm-weight", "0.2", cwd=tmp_path).stdout)
     assert SCORE_KEYS <= set(beam) and beam["decode"] == "beam" and beam["lm_order"] == 2
     # the default split is test; a Paraformer adds the oracle-length CER
@@ -66,17 +67,17 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     assert len(lines) == 4 and lines[0] == lines[1]  # the .npy file is val item 0
     assert lines[1] == next(p["hyp"] for p in predictions if p["id"] == item["id"])
 
-    timed = run_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--toy-split", "val", "--toy-count", "2",
+    timed = call_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--toy-split", "val", "--toy-count", "2",
                        "--timestamps", cwd=tmp_path)
     records = [json.loads(line) for line in timed.stdout.splitlines()]
     assert [r["audio"] for r in records] == ["utt.npy", "toy-val-000000", "toy-val-000001"]
     assert records[0]["text"] == lines[0] and set(records[0]) == {"audio", "text", "tokens", "words"}
     assert "".join(t["token"] for t in records[0]["tokens"]) == records[0]["text"]
     assert records[0]["words"] == next(p["words"] for p in predictions if p["id"] == item["id"])
-    run_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--srt", "utt.srt", cwd=tmp_path)
+    call_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--srt", "utt.srt", cwd=tmp_path)
     srt = (tmp_path / "utt.srt").read_text()
     assert (srt.startswith("1\n00:00:0") and " --> " in srt) or not lines[0]
-    result = run_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--srt", "x.srt", cwd=tmp_path,
+    result = call_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--srt", "x.srt", cwd=tmp_path,
                         check=False)
     assert result.returncode == 2 and "exactly one input" in result.stderr
 
@@ -86,8 +87,8 @@ def test_scripts_report_user_errors_with_exit_2_and_no_traceback(tmp_path):
     result = run_script("train.py", "--config", "nope.yaml", cwd=tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.strip() == "error: config file not found: nope.yaml"
     (tmp_path / "bad.yaml").write_text("train:\n  lr: -1\n")
-    result = run_script("train.py", "--config", "bad.yaml", cwd=tmp_path, check=False)
+    result = call_script("train.py", "--config", "bad.yaml", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "error: config key 'train.lr' must be > 0, got -1.0" in result.stderr
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    result = run_script("eval.py", "--checkpoint", "junk.pt", cwd=tmp_path, check=False)
+    result = call_script("eval.py", "--checkpoint", "junk.pt", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "junk.pt" in result.stderr and "Traceback" not in result.stderr

@@ -9,11 +9,12 @@ import pytest
 import torch
 import yaml
 
-from asr_helpers import PROJECT, tiny_raw_config
+from asr_helpers import PROJECT, call_script, tiny_raw_config
 
 
-def _train(tmp_path, launcher, batch_size, output_dir):
-    result = subprocess.run([*launcher, str(PROJECT / "scripts" / "train.py"), "--config", "ddp.yaml",
+def _train_with_torchrun(tmp_path, batch_size, output_dir):
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                             str(PROJECT / "scripts" / "train.py"), "--config", "ddp.yaml",
                              "--set", f"train.batch_size={batch_size}", "--set", f"run.output_dir={output_dir}"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=240,
                             env={"CI": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
@@ -29,9 +30,10 @@ def test_two_process_training_matches_single_process(tmp_path):
     raw["train"].update({"epochs": 1, "plot_utterances": 0})
     raw["model"].update({"dropout": 0.0, "glancing_ratio": 0.0})  # no per-rank randomness
     (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(raw))
-    ddp_dir, ddp_log = _train(tmp_path, [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"], 8,
-                              "ddp")
-    single_dir, _ = _train(tmp_path, [sys.executable], 16, "single")
+    ddp_dir, ddp_log = _train_with_torchrun(tmp_path, 8, "ddp")
+    single = call_script("train.py", "--config", "ddp.yaml", "--set", "train.batch_size=16", "--set",
+                         "run.output_dir=single", cwd=tmp_path)
+    single_dir = tmp_path / single.stdout.strip().splitlines()[-1]
 
     digests = dict(re.findall(r"rank (\d) final weights sha256 ([0-9a-f]{64})", ddp_log))
     assert set(digests) == {"0", "1"} and digests["0"] == digests["1"]

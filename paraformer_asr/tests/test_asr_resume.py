@@ -53,17 +53,18 @@ def _final_state(run_dir):
 @pytest.mark.slow
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path):
     config = _config(tmp_path)
+    # the uninterrupted reference trains beside the run that is killed (one thread each)
     reference = _start(tmp_path, "--config", config, "--set", "run.output_dir=ref")
-    out, err = reference.communicate(timeout=240)
-    assert reference.returncode == 0, err[-2000:]
-    ref_state, ref_metrics = _final_state(tmp_path / out.strip().splitlines()[-1])
-
     victim = _start(tmp_path, "--config", config, "--set", "run.output_dir=killed")
     run_dir = _wait_for_log(tmp_path / "killed", "epoch 2 step 35 ", victim)  # 30 batches per epoch
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     progress = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)["progress"]
     assert progress["epoch"] == 1 and 0 < progress["batch_in_epoch"] < 30  # really in the middle of epoch 2
+
+    out, err = reference.communicate(timeout=240)
+    assert reference.returncode == 0, err[-2000:]
+    ref_state, ref_metrics = _final_state(tmp_path / out.strip().splitlines()[-1])
 
     resumed = _start(tmp_path, "--resume", run_dir)
     out, err = resumed.communicate(timeout=240)

@@ -10,6 +10,7 @@ from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import TrainingError
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.models.paraformer import Paraformer
+from paraformer_asr.training import loop
 from paraformer_asr.training.loop import Trainer, compile_stacks, scaled_optimizer_step, warmup_cosine
 from paraformer_asr.training.run_folder import RunFolder, setup_logging
 
@@ -56,6 +57,19 @@ def test_nan_guard_stops_with_a_clear_message_when_bad_batches_keep_coming(tmp_p
     trainer = _trainer(tmp_path, epochs=1, max_bad_batches=3)
     with pytest.raises(TrainingError, match="3 batches in a row gave a non-finite loss"):
         trainer.fit()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interval_s, max_steps, drawn_after_epochs", [(1e9, None, [3]), (0.0, None, [1, 2, 3]),
+                                                                       (1e9, 8, [2])])
+def test_plots_are_drawn_after_the_last_epoch_and_once_the_interval_has_passed(tmp_path, monkeypatch, interval_s,
+                                                                                max_steps, drawn_after_epochs):
+    """Six batches per epoch; max_steps 8 ends the training in its second epoch, which is then the last."""
+    drawn = []
+    monkeypatch.setattr(loop, "PLOT_INTERVAL_SECONDS", interval_s)
+    monkeypatch.setattr(loop, "plot_loss_curves", lambda step_log, history, path: drawn.append(len(history)))
+    _trainer(tmp_path, epochs=3, max_steps=max_steps).fit()
+    assert drawn == drawn_after_epochs
 
 
 @pytest.mark.slow

@@ -40,6 +40,10 @@ from paraformer_asr.training.evaluation import evaluate
 from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
 from paraformer_asr.training.run_folder import LOGGER_NAME, RunFolder, setup_logging
 
+# Drawing both plots takes about a second on a slow CPU: a run redraws them after its last epoch and after any
+# epoch that ends this long after the last drawing (every epoch of a real training, not every second of a toy one).
+PLOT_INTERVAL_SECONDS = 30.0
+
 
 def compile_stacks(model: torch.nn.Module, backend: str) -> None:
     """torch.compile the encoder and decoder in place (state_dict keys unchanged). The CIF predictor
@@ -185,6 +189,7 @@ class Trainer:
         self.best_cer = math.inf
         self.kept_best = BestCheckpoints(cfg.train.keep_best)
         self.bad_streak = 0
+        self.last_plot = time.perf_counter()
         self.stop = StopFlag()
         self._rng_to_restore: dict | None = None
         if state is not None:
@@ -441,7 +446,10 @@ class Trainer:
                       row["epoch"], row["train_loss"], terms, row["val_cer"], row["val_token_accuracy"],
                       row["val_sequence_accuracy"], row["val_length_accuracy"], scale, row["epoch_seconds"])
         self.run.write_metrics(self.history)
-        self._plot()
+        last_epoch = progress.epoch + 1 >= self.cfg.train.epochs or progress.global_step >= self.total_steps
+        if last_epoch or time.perf_counter() - self.last_plot >= PLOT_INTERVAL_SECONDS:
+            self._plot()
+            self.last_plot = time.perf_counter()
         return row["val_cer"]
 
     def _plot(self) -> None:
