@@ -17,7 +17,7 @@ from unet_transformer_seg.checkpointing import load_checkpoint
 from unet_transformer_seg.errors import CheckpointError
 from unet_transformer_seg.training.loop import train
 
-from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args, tiny_config
+from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script_in_process, tiny_cli_args, tiny_config
 
 # run.device=cpu: these runs mean gloo on CPU processes, also on a machine with fewer GPUs than processes
 SHARED = ("run.device=cpu", "model.norm=group", "train.loss=ce", "train.epochs=2", "train.max_steps=6",
@@ -53,12 +53,6 @@ def _torchrun(tmp_path: Path, processes: int, *overrides: str):
 
 @pytest.mark.slow
 def test_two_process_ddp_matches_single_process(tmp_path):
-    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
-    single = subprocess.Popen(  # runs alongside the two-process run
-        [sys.executable, str(SCRIPTS_DIR / "train.py"), "--config", "configs/quick.yaml",
-         *tiny_cli_args(tmp_path / "single", *SHARED, "train.batch_size=8")],
-        cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
     ddp = _torchrun(tmp_path / "ddp", 2, *SHARED, "train.batch_size=4")
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     run_dirs = list((tmp_path / "ddp" / "runs").iterdir())
@@ -66,9 +60,12 @@ def test_two_process_ddp_matches_single_process(tmp_path):
     ddp_weights, ddp_log = _weights(run_dirs[0])
     assert "2 process(es)" in ddp_log
     assert "max weight difference across 2 ranks: 0.000e+00" in ddp_log
-    single_stdout, single_stderr = single.communicate(timeout=300)
-    assert single.returncode == 0, single_stderr
-    single_weights, _ = _weights(Path(single_stdout.strip().splitlines()[-1]))
+    # The one-process run goes in this process (train.py runs as a separate process in test_seg_training.py), after
+    # the two ranks: on 2 cores a third training process alongside them only slows their collectives down.
+    single = run_script_in_process("train.py", "--config", "configs/quick.yaml",
+                                   *tiny_cli_args(tmp_path / "single", *SHARED, "train.batch_size=8"))
+    assert single.returncode == 0, single.stderr
+    single_weights, _ = _weights(Path(single.stdout.strip().splitlines()[-1]))
     for name in single_weights:
         assert torch.allclose(ddp_weights[name], single_weights[name], atol=1e-4), name
 
@@ -82,7 +79,8 @@ def test_two_process_batchnorm_validation_equals_eval_of_the_best_checkpoint(tmp
     state = load_checkpoint(best)
     assert state["world_size"] == 2 and len(state["rng"]) == 2
     assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])  # each rank draws its own numbers
-    result = run_script("eval.py", "--checkpoint", str(best), "--device", "cpu")
+    # in this process: eval.py runs as a separate process in test_seg_training.py
+    result = run_script_in_process("eval.py", "--checkpoint", str(best), "--device", "cpu")
     assert result.returncode == 0, result.stderr
     best_row = next(row for row in state["history"] if row["val_mean_dice"] == state["best_score"])
     metrics = json.loads(result.stdout)

@@ -12,9 +12,9 @@ from PIL import Image
 
 from unet_transformer_seg.data.image_io import read_mask, write_png
 
-from seg_helpers import run_script, tiny_cli_args
+from seg_helpers import run_script, run_script_in_process, tiny_cli_args
 
-MIXED_SIZES = "97x211,640x480,1500x1000"
+MIXED_SIZES = "97x211,320x240,450x300"  # landscape and two portrait aspect ratios, each many windows at native size
 
 
 def _varying_size_folder(root: Path) -> dict:
@@ -31,14 +31,16 @@ def _varying_size_folder(root: Path) -> dict:
 @pytest.mark.slow
 def test_export_train_and_evaluate_through_the_folder_format(tmp_path):
     root = tmp_path / "toy_folder"
+    # The suite's run of export_toy_dataset.py as a separate process; train.py and eval.py run as processes in
+    # test_seg_training.py, so here (and in the other tests of this file) they run in this process.
     exported = run_script("export_toy_dataset.py", "--out", str(root), "--palette", "--set", "data.image_size=16",
                           "--train-size", "32", "--val-size", "8", "--test-size", "4")
     assert exported.returncode == 0, exported.stderr
     assert len(list((root / "train" / "images").glob("*.png"))) == 32
     palette = re.search(r"data.palette: (\[.*\])", exported.stdout).group(1)
-    trained = run_script("train.py", "--config", "configs/quick.yaml",
-                         *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}",
-                                        f"data.palette={palette}", "train.epochs=2"))
+    trained = run_script_in_process("train.py", "--config", "configs/quick.yaml",
+                                    *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}",
+                                                   f"data.palette={palette}", "train.epochs=2"))
     assert trained.returncode == 0, trained.stderr
     run_dir = Path(trained.stdout.strip().splitlines()[-1])
     assert "32 train / 8 val images" in (run_dir / "train.log").read_text()
@@ -46,8 +48,9 @@ def test_export_train_and_evaluate_through_the_folder_format(tmp_path):
     other = tmp_path / "other"
     sizes = _varying_size_folder(other)
     predictions = tmp_path / "preds"
-    evaluated = run_script("eval.py", "--checkpoint", str(run_dir / "checkpoints" / "last.pt"), "--data-root",
-                           str(other), "--split", "test", "--save-predictions", str(predictions))
+    evaluated = run_script_in_process("eval.py", "--checkpoint", str(run_dir / "checkpoints" / "last.pt"),
+                                      "--data-root", str(other), "--split", "test", "--save-predictions",
+                                      str(predictions))
     assert evaluated.returncode == 0, evaluated.stderr
     scores = json.loads(evaluated.stdout)
     assert scores["num_images"] == 3
@@ -80,21 +83,22 @@ def _count_metrics(truth_dir: Path, prediction_dir: Path, num_classes: int):
 @pytest.mark.slow
 def test_mixed_sizes_train_with_random_crops_and_evaluate_tiled_at_native_size(tmp_path):
     root = tmp_path / "mixed"
-    exported = run_script("export_toy_dataset.py", "--out", str(root), "--sizes", MIXED_SIZES, "--train-size", "6",
-                          "--val-size", "3", "--test-size", "3")
+    exported = run_script_in_process("export_toy_dataset.py", "--out", str(root), "--sizes", MIXED_SIZES,
+                                     "--train-size", "6", "--val-size", "3", "--test-size", "3")
     assert exported.returncode == 0, exported.stderr
-    trained = run_script("train.py", "--config", "configs/quick.yaml",
-                         *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}", "data.image_size=64",
-                                        "data.resize_mode=random_crop", "train.batch_size=3", "train.epochs=1",
-                                        "train.class_weights=auto", "train.num_plot_images=1"))
+    trained = run_script_in_process("train.py", "--config", "configs/quick.yaml",
+                                    *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}",
+                                                   "data.image_size=64", "data.resize_mode=random_crop",
+                                                   "train.batch_size=3", "train.epochs=1", "train.class_weights=auto",
+                                                   "train.num_plot_images=1"))
     assert trained.returncode == 0, trained.stderr
     run_dir = Path(trained.stdout.strip().splitlines()[-1])
     log = (run_dir / "train.log").read_text()
     assert "class weights [" in log and "auto: 1/sqrt(pixel frequency) over 6 training masks" in log
     predictions, report = tmp_path / "preds", tmp_path / "per_image.csv"
-    evaluated = run_script("eval.py", "--checkpoint", str(run_dir), "--split", "test", "--out",
-                           str(tmp_path / "test.json"), "--save-predictions", str(predictions), "--per-image",
-                           str(report), "--tile-batch", "16")
+    evaluated = run_script_in_process("eval.py", "--checkpoint", str(run_dir), "--split", "test", "--out",
+                                      str(tmp_path / "test.json"), "--save-predictions", str(predictions),
+                                      "--per-image", str(report), "--tile-batch", "16")
     assert evaluated.returncode == 0, evaluated.stderr
     scores = json.loads((tmp_path / "test.json").read_text())
     assert scores["num_images"] == 3 and scores["inference"]["windows"] is True
@@ -106,7 +110,7 @@ def test_mixed_sizes_train_with_random_crops_and_evaluate_tiled_at_native_size(t
     for key, value in counted.items():
         assert scores[key] == pytest.approx(value, abs=1e-9), key
     rows = list(csv.DictReader(open(report)))
-    assert [(int(row["height"]), int(row["width"])) for row in rows] == [(97, 211), (640, 480), (1500, 1000)]
+    assert [(int(row["height"]), int(row["width"])) for row in rows] == [(97, 211), (320, 240), (450, 300)]
     assert list(rows[0])[:7] == ["stem", "height", "width", "pixel_accuracy", "dice_0", "iou_0", "hd95_0"]
     dice_per_image = [np.nanmean([float(row[f"dice_{k}"]) if row[f"dice_{k}"] else np.nan for k in (1, 2, 3)])
                       for row in rows]
@@ -133,10 +137,10 @@ def test_void_labelled_indexed_masks_train_with_ignore_index(tmp_path):
             mask = Image.fromarray(ids)
             mask.putpalette(palette)
             mask.save(root / split / "masks" / f"{index}.png")
-    trained = run_script("train.py", "--config", "configs/quick.yaml",
-                         *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}", "data.num_classes=3",
-                                        "data.ignore_index=255", "data.resize_mode=pad", "train.batch_size=2",
-                                        "train.epochs=2"))
+    trained = run_script_in_process("train.py", "--config", "configs/quick.yaml",
+                                    *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}",
+                                                   "data.num_classes=3", "data.ignore_index=255",
+                                                   "data.resize_mode=pad", "train.batch_size=2", "train.epochs=2"))
     assert trained.returncode == 0, trained.stderr
     history = json.loads((Path(trained.stdout.strip().splitlines()[-1]) / "metrics.json").read_text())
     assert len(history) == 2 and all(np.isfinite(row["train_loss"]) for row in history)

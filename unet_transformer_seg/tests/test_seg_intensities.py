@@ -18,7 +18,7 @@ from unet_transformer_seg.data.normalization import Normalization, count_statist
 from unet_transformer_seg.data.png16 import unfilter
 from unet_transformer_seg.errors import ConfigError, DataError
 
-from seg_helpers import run_script, tiny_cli_args
+from seg_helpers import run_script_in_process, tiny_cli_args
 from seg_reference import png_filter_reference, write_png16_reference
 
 
@@ -153,10 +153,12 @@ def test_bad_intensity_settings_name_the_key(overrides, message):
 @pytest.mark.slow
 def test_dataset_statistics_reach_the_checkpoint_and_a_cuda_checkpoint_evaluates_on_cpu(tmp_path: Path):
     root, pixels = _float_folder(tmp_path / "d")
-    trained = run_script("train.py", "--config", "configs/quick.yaml",
-                         *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}", "data.in_channels=2",
-                                        "data.num_classes=2", "data.normalize=dataset", "train.batch_size=2",
-                                        "train.epochs=1", "train.num_plot_images=1"))
+    # The scripts run in this process: each runs as a separate process in test_seg_training.py.
+    trained = run_script_in_process("train.py", "--config", "configs/quick.yaml",
+                                    *tiny_cli_args(tmp_path, "data.kind=folder", f"data.root={root}",
+                                                   "data.in_channels=2", "data.num_classes=2",
+                                                   "data.normalize=dataset", "train.batch_size=2", "train.epochs=1",
+                                                   "train.num_plot_images=1"))
     assert trained.returncode == 0, trained.stderr
     run_dir = Path(trained.stdout.strip().splitlines()[-1])
     checkpoint = run_dir / "checkpoints" / "best.pt"
@@ -166,13 +168,13 @@ def test_dataset_statistics_reach_the_checkpoint_and_a_cuda_checkpoint_evaluates
     assert "intensity statistics of the 3 training images (dataset): mean [" in (run_dir / "train.log").read_text()
     state["config"]["run"]["device"] = "cuda"  # as if trained on a GPU
     save_checkpoint({key: value for key, value in state.items() if key != "format"}, tmp_path / "gpu.pt")
-    moved = run_script("eval.py", "--checkpoint", str(tmp_path / "gpu.pt"), "--device", "cpu")
+    moved = run_script_in_process("eval.py", "--checkpoint", str(tmp_path / "gpu.pt"), "--device", "cpu")
     assert moved.returncode == 0, moved.stderr
     metrics = json.loads(moved.stdout)
     assert metrics["inference"]["device"] == "cpu"
     assert metrics["mean_dice"] == pytest.approx(state["history"][-1]["val_mean_dice"], abs=1e-6)
     image = root / "val" / "images" / "s2.npy"
-    predicted = run_script("predict.py", "--checkpoint", str(tmp_path / "gpu.pt"), str(image), "--out-dir",
-                           str(tmp_path / "p"), "--device", "cpu")
+    predicted = run_script_in_process("predict.py", "--checkpoint", str(tmp_path / "gpu.pt"), str(image), "--out-dir",
+                                      str(tmp_path / "p"), "--device", "cpu")
     assert predicted.returncode == 0, predicted.stderr
     assert read_mask(tmp_path / "p" / "s2_mask.png", 2).shape == (32, 16)

@@ -25,7 +25,7 @@ from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.models import build_model
 from unet_transformer_seg.training.evaluate import evaluate, evaluation_split
 
-from seg_helpers import TINY_OVERRIDES, run_script
+from seg_helpers import TINY_OVERRIDES, run_script, run_script_in_process
 
 FP32_LOGIT_TOLERANCE = 1e-4  # largest |logit difference| onnxruntime fp32 vs PyTorch (measured: 1.5e-6 to 2.6e-6)
 LABEL_AGREEMENT = 0.999
@@ -149,6 +149,8 @@ def test_sidecar_describes_the_graph_and_threads_reach_the_session(exports):
 @pytest.mark.slow
 def test_cli_predict_and_eval_with_the_onnx_backend_match_torch(exports, tmp_path):
     checkpoint = exports["unet_transformer"][0]
+    # export.py as a separate process; predict.py and eval.py run as processes in test_seg_training.py, so their
+    # --backend onnx runs go in this process.
     export = run_script("export.py", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "export"))
     assert export.returncode == 0, export.stderr
     assert json.loads(export.stdout)["check"]["max_abs_logit_difference"] <= FP32_LOGIT_TOLERANCE
@@ -157,8 +159,9 @@ def test_cli_predict_and_eval_with_the_onnx_backend_match_torch(exports, tmp_pat
     for index, image in enumerate(images):
         paths.append(tmp_path / f"image{index}.png")
         write_png(paths[-1], image_to_uint8(image))
-    predicted = run_script("predict.py", "--backend", "onnx", "--checkpoint", str(tmp_path / "export"),
-                           *map(str, paths), "--out-dir", str(tmp_path / "onnx"), "--tiles", "--tta", "flip")
+    predicted = run_script_in_process("predict.py", "--backend", "onnx", "--checkpoint", str(tmp_path / "export"),
+                                      *map(str, paths), "--out-dir", str(tmp_path / "onnx"), "--tiles", "--tta",
+                                      "flip")
     assert predicted.returncode == 0, predicted.stderr
     assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [
         "image0_mask.png", "image0_overlay.png", "image1_mask.png", "image1_overlay.png"]
@@ -168,8 +171,8 @@ def test_cli_predict_and_eval_with_the_onnx_backend_match_torch(exports, tmp_pat
         expected = segmenter.segment(read_image(path, 3))  # [H, W]
         written = read_mask(tmp_path / "onnx" / f"{path.stem}_mask.png", 4)
         assert float((written == expected).float().mean()) >= LABEL_AGREEMENT
-    evaluated = run_script("eval.py", "--backend", "onnx", "--checkpoint", str(tmp_path / "export"), "--split",
-                           "test", "--threads", "1", "--out", str(tmp_path / "metrics.json"))
+    evaluated = run_script_in_process("eval.py", "--backend", "onnx", "--checkpoint", str(tmp_path / "export"),
+                                      "--split", "test", "--threads", "1", "--out", str(tmp_path / "metrics.json"))
     assert evaluated.returncode == 0, evaluated.stderr
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     dataset = evaluation_split(cfg, "test")

@@ -1,5 +1,10 @@
 """Exact resume: a run killed mid-epoch (SIGKILL, or stopped by SIGTERM) and resumed ends bit-identical to a run
-that was never interrupted."""
+that was never interrupted.
+
+The killed and stopped runs, the uninterrupted one and the resume after SIGKILL are separate processes; the resumes
+after SIGTERM run in this process (seg_helpers.run_script_in_process), saving a fresh interpreter's torch import each.
+They start from the run folder alone, with this process's random number generators in whatever state earlier tests
+left them, so only a checkpoint that restores every state gives the same weights."""
 
 import json
 import os
@@ -14,7 +19,7 @@ import torch
 
 from unet_transformer_seg.checkpointing import load_checkpoint
 
-from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, tiny_cli_args
+from seg_helpers import PROJECT_DIR, SCRIPTS_DIR, run_script, run_script_in_process, tiny_cli_args
 
 RESUME_OVERRIDES = ("data.image_size=32", "model.base_channels=8", "model.dropout=0.1", "train.epochs=3",
                     "train.checkpoint_every=3", "train.log_every=1")
@@ -110,9 +115,9 @@ def test_sigterm_saves_and_says_how_to_resume(tmp_path, uninterrupted):
     assert stdout.strip().splitlines()[-1] == str(run_dir)
     state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert 0 < state["global_step"] < 24
-    mismatched = run_script("train.py", "--resume", str(run_dir), "--set", "model.base_channels=16")
+    mismatched = run_script_in_process("train.py", "--resume", str(run_dir), "--set", "model.base_channels=16")
     assert mismatched.returncode == 2 and "do not fit the config" in mismatched.stderr
     assert "Traceback" not in mismatched.stderr
-    result = run_script("train.py", "--resume", str(run_dir / "checkpoints" / "last.pt"))
+    result = run_script_in_process("train.py", "--resume", str(run_dir / "checkpoints" / "last.pt"))
     assert result.returncode == 0, result.stderr
     _assert_same(run_dir, uninterrupted)

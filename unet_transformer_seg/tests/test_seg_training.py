@@ -17,7 +17,7 @@ from unet_transformer_seg.training.distributed import DistInfo
 from unet_transformer_seg.training.loop import Trainer, train
 from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS
 
-from seg_helpers import run_script, tiny_cli_args, tiny_config
+from seg_helpers import finish_script, run_script_in_process, start_script, tiny_cli_args, tiny_config
 
 
 def test_overfitting_one_batch_drives_the_loss_down(tmp_path):
@@ -40,59 +40,13 @@ def test_overfitting_one_batch_drives_the_loss_down(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_training_run_writes_every_promised_file(tmp_path):
-    result = run_script("train.py", "--config", "configs/quick.yaml", *tiny_cli_args(tmp_path, "train.epochs=5"))
-    assert result.returncode == 0, result.stderr
-    run_dir = Path(result.stdout.strip().splitlines()[-1])
-    assert run_dir.parent == tmp_path / "runs" and run_dir.name.endswith("_quick")
-    for name in ("config.yaml", "train.log", "metrics.json", "results.csv", "checkpoints/last.pt",
-                 "checkpoints/best.pt", "plots/loss.png", "plots/metrics.png", "plots/predictions.png"):
-        assert (run_dir / name).is_file(), name
-    rows = list(csv.DictReader(open(run_dir / "results.csv")))
-    assert tuple(rows[0].keys()) == RESULTS_COLUMNS
-    assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4, 5] and int(rows[-1]["step"]) == 40
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert len(metrics) == 5 and 0.0 <= metrics[-1]["val_mean_dice"] <= 1.0
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-    assert saved["data"]["image_size"] == 16 and saved["train"]["epochs"] == 5
-    assert "epoch 5 done" in (run_dir / "train.log").read_text()
-    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
-    assert {"model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "config",
-            "rng"} <= set(state)
-    assert state["global_step"] == 40
-
-    out_json = tmp_path / "eval.json"
-    predictions = tmp_path / "preds"
-    result = run_script("eval.py", "--checkpoint", str(run_dir / "checkpoints" / "best.pt"), "--split", "test",
-                        "--out", str(out_json), "--save-predictions", str(predictions))
-    assert result.returncode == 0, result.stderr
-    scores = json.loads(out_json.read_text())
-    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images",
-            "mean_dice_per_image", "mean_iou_per_image", "hd95", "per_class_hd95"} <= set(scores)
-    assert scores["num_images"] == 8 and len(scores["per_class_dice"]) == 4
-    saved_masks = sorted(path for path in predictions.glob("*.png") if not path.stem.endswith("_overlay"))
-    assert len(saved_masks) == 8 and read_mask(saved_masks[0], 4).shape == (16, 16)
-    assert len(list(predictions.glob("*_overlay.png"))) == 8
-
-    image_path = tmp_path / "photo.png"
-    write_png(image_path, np.random.default_rng(0).integers(0, 256, (20, 28, 3)).astype(np.uint8))
-    for extra in ([], ["--tta", "flip", "--tile-batch", "3", "--device", "cpu"]):
-        result = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir",
-                            str(tmp_path / "p"), *extra)
-        assert result.returncode == 0, result.stderr
-        assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
-        assert (tmp_path / "p" / "photo_overlay.png").is_file()
-    refused = run_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--tiles")
-    assert refused.returncode == 2 and "trained with data.resize_mode: resize" in refused.stderr, refused.stderr
-
-
-@pytest.mark.slow
 def test_logged_val_loss_is_the_loss_eval_reports_without_class_weights(tmp_path):
     run_dir = train(tiny_config(tmp_path, "train.class_weights=[0.2, 1.0, 3.0, 5.0]", "train.epochs=1",
                                 "train.max_steps=2", "train.num_plot_images=0")).run_dir
     best = run_dir / "checkpoints" / "best.pt"
     logged = load_checkpoint(best)["history"][-1]
-    result = run_script("eval.py", "--checkpoint", str(best), "--device", "cpu")
+    # in this process: eval.py runs as a separate process in test_cli_training_run_writes_every_promised_file
+    result = run_script_in_process("eval.py", "--checkpoint", str(best), "--device", "cpu")
     assert result.returncode == 0, result.stderr
     scores = json.loads(result.stdout)
     assert scores["mean_dice"] == pytest.approx(logged["val_mean_dice"], abs=1e-6)
@@ -114,11 +68,81 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("cli_training_run")  # starts the CLI training run, to run alongside this one
 def test_torch_compile_trains_like_eager(tmp_path):
     eager = _final_weights(tmp_path)
     compiled = _final_weights(tmp_path, "train.compile=true", "train.compile_backend=aot_eager")
     for name in eager:
         assert torch.allclose(eager[name], compiled[name], atol=1e-4), name
+
+
+@pytest.fixture(scope="module")
+def cli_training_run(tmp_path_factory):
+    """train.py as a separate process, as a user runs it, started in the background so that it overlaps with the
+    in-process compile test (one core each); yields the process and the folder its runs go to."""
+    root = tmp_path_factory.mktemp("cli")
+    process = start_script("train.py", "--config", "configs/quick.yaml", *tiny_cli_args(root, "train.epochs=5"))
+    yield process, root
+    if process.poll() is None:
+        process.kill()
+        process.communicate()
+
+
+@pytest.mark.slow
+def test_cli_training_run_writes_every_promised_file(cli_training_run, tmp_path):
+    process, root = cli_training_run
+    result = finish_script(process)
+    assert result.returncode == 0, result.stderr
+    run_dir = Path(result.stdout.strip().splitlines()[-1])
+    assert run_dir.parent == root / "runs" and run_dir.name.endswith("_quick")
+    for name in ("config.yaml", "train.log", "metrics.json", "results.csv", "checkpoints/last.pt",
+                 "checkpoints/best.pt", "plots/loss.png", "plots/metrics.png", "plots/predictions.png"):
+        assert (run_dir / name).is_file(), name
+    rows = list(csv.DictReader(open(run_dir / "results.csv")))
+    assert tuple(rows[0].keys()) == RESULTS_COLUMNS
+    assert [int(r["epoch"]) for r in rows] == [1, 2, 3, 4, 5] and int(rows[-1]["step"]) == 40
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(metrics) == 5 and 0.0 <= metrics[-1]["val_mean_dice"] <= 1.0
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["data"]["image_size"] == 16 and saved["train"]["epochs"] == 5
+    assert "epoch 5 done" in (run_dir / "train.log").read_text()
+    state = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    assert {"model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "config",
+            "rng"} <= set(state)
+    assert state["global_step"] == 40
+
+    out_json = tmp_path / "eval.json"
+    predictions = tmp_path / "preds"
+    image_path = tmp_path / "photo.png"
+    write_png(image_path, np.random.default_rng(0).integers(0, 256, (20, 28, 3)).astype(np.uint8))
+    # eval.py and predict.py as separate processes, as a user runs them; both only read the finished run, so they run
+    # side by side (each spends seconds importing torch).
+    evaluating = start_script("eval.py", "--checkpoint", str(run_dir / "checkpoints" / "best.pt"), "--split", "test",
+                              "--out", str(out_json), "--save-predictions", str(predictions))
+    predicting = start_script("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir",
+                              str(tmp_path / "p"))
+    result = finish_script(evaluating)
+    assert result.returncode == 0, result.stderr
+    scores = json.loads(out_json.read_text())
+    assert {"mean_dice", "mean_iou", "pixel_accuracy", "per_class_dice", "per_class_iou", "num_images",
+            "mean_dice_per_image", "mean_iou_per_image", "hd95", "per_class_hd95"} <= set(scores)
+    assert scores["num_images"] == 8 and len(scores["per_class_dice"]) == 4
+    saved_masks = sorted(path for path in predictions.glob("*.png") if not path.stem.endswith("_overlay"))
+    assert len(saved_masks) == 8 and read_mask(saved_masks[0], 4).shape == (16, 16)
+    assert len(list(predictions.glob("*_overlay.png"))) == 8
+
+    def check_prediction(result):
+        assert result.returncode == 0, result.stderr
+        assert read_mask(tmp_path / "p" / "photo_mask.png", 4).shape == (20, 28)
+        assert (tmp_path / "p" / "photo_overlay.png").is_file()
+
+    check_prediction(finish_script(predicting))
+    # the further predict.py runs go in this process (run_script_in_process: same argv, output and exit status)
+    check_prediction(run_script_in_process("predict.py", "--checkpoint", str(run_dir), str(image_path), "--out-dir",
+                                           str(tmp_path / "p"), "--tta", "flip", "--tile-batch", "3", "--device",
+                                           "cpu"))
+    refused = run_script_in_process("predict.py", "--checkpoint", str(run_dir), str(image_path), "--tiles")
+    assert refused.returncode == 2 and "trained with data.resize_mode: resize" in refused.stderr, refused.stderr
 
 
 def test_activation_checkpointing_trains_like_plain(tmp_path):
