@@ -20,7 +20,7 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     raw["train"].update({"epochs": 1, "max_steps": 6})
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(raw))
     train = call_script("train.py", "--config", "tiny.yaml", "--set", "model.type=transformer_ar", "--set",
-                       "run.name=ar", cwd=tmp_path)
+                        "run.name=ar", cwd=tmp_path)
     run_dir = tmp_path / train.stdout.strip().splitlines()[-1]
     assert run_dir.parent == tmp_path / "runs" and run_dir.name.endswith("_ar")
     for name in ("config.yaml", "train.log", "metrics.json", "results.csv", "checkpoints/last.pt",
@@ -35,7 +35,7 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
 
     # greedy decoding already ran in the training loop's validation; the script checks the beam path
     beam = json.loads(call_script("eval.py", "--checkpoint", run_dir, "--decode", "beam", "--beam-size", "3",
-                                 cwd=tmp_path).stdout)
+                                  cwd=tmp_path).stdout)
     assert beam["num_utterances"] == 8 and "oracle_length_cer" not in beam and 0.0 <= beam["token_accuracy"] <= 1.0 and beam["rtf"] > 0
     assert beam["decode"] == "beam" and beam["beam_size"] == 3
     assert beam["checkpoint"].endswith("best.pt")
@@ -43,7 +43,7 @@ def test_train_and_eval_scripts_run_the_ar_model(tmp_path):
     call_script("eval.py", "--checkpoint", run_dir, "--save-predictions", predictions, cwd=tmp_path)
     assert set(json.loads(predictions.read_text().splitlines()[0])) == {"id", "ref", "hyp"}  # no times: no CIF
     refused = call_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--timestamps", cwd=tmp_path,
-                         check=False)
+                          check=False)
     assert refused.returncode == 2 and "autoregressive baseline" in refused.stderr and "Traceback" not in refused.stderr
 
 

@@ -68,7 +68,7 @@ def test_calibrate_cif_script_writes_a_checkpoint_eval_reads(uncalibrated_run, t
     in_sample = call_script("eval.py", "--checkpoint", "calibrated.pt", "--split", "val", cwd=tmp_path)
     assert json.loads(in_sample.stdout)["calibration_in_sample"] is True and "in-sample" in in_sample.stderr
     refused = call_script("calibrate_cif.py", "--checkpoint", uncalibrated_run, "--out", "t.pt", "--split", "test",
-                         cwd=tmp_path, check=False)
+                          cwd=tmp_path, check=False)
     assert refused.returncode == 2 and "--allow-test" in refused.stderr and "Traceback" not in refused.stderr
     missing = call_script("calibrate_cif.py", "--checkpoint", "nowhere.pt", "--out", "x.pt", cwd=tmp_path, check=False)
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "Traceback" not in missing.stderr

@@ -48,7 +48,7 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     assert len(predictions) == 16 and set(predictions[0]) == {"id", "ref", "hyp", "words"}
     assert [w["word"] for w in predictions[0]["words"]] == predictions[0]["hyp"].split()
     beam = json.loads(call_script("eval.py", "--checkpoint", run_dir / "checkpoints" / "last.pt", "--decode", "beam",
-                                 "--beam-size", "3", "--lm-order", "2", "--lm-weight", "0.2", cwd=tmp_path).stdout)
+                                  "--beam-size", "3", "--lm-order", "2", "--lm-weight", "0.2", cwd=tmp_path).stdout)
     assert SCORE_KEYS <= set(beam) and beam["decode"] == "beam" and beam["lm_order"] == 2
     # the default split is test; a Paraformer adds the oracle-length CER
     assert beam["dataset"] == "toy:test" and beam["num_utterances"] == 8 and 0 <= beam["oracle_length_cer"]
@@ -68,7 +68,7 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     assert lines[1] == next(p["hyp"] for p in predictions if p["id"] == item["id"])
 
     timed = call_script("infer.py", "--checkpoint", run_dir, "utt.npy", "--toy-split", "val", "--toy-count", "2",
-                       "--timestamps", cwd=tmp_path)
+                        "--timestamps", cwd=tmp_path)
     records = [json.loads(line) for line in timed.stdout.splitlines()]
     assert [r["audio"] for r in records] == ["utt.npy", "toy-val-000000", "toy-val-000001"]
     assert records[0]["text"] == lines[0] and set(records[0]) == {"audio", "text", "tokens", "words"}
@@ -78,7 +78,7 @@ def test_train_eval_infer_produce_every_promised_file(tmp_path):
     srt = (tmp_path / "utt.srt").read_text()
     assert (srt.startswith("1\n00:00:0") and " --> " in srt) or not lines[0]
     result = call_script("infer.py", "--checkpoint", run_dir, "--toy-split", "val", "--srt", "x.srt", cwd=tmp_path,
-                        check=False)
+                         check=False)
     assert result.returncode == 2 and "exactly one input" in result.stderr
 
 
