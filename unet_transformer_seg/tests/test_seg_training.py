@@ -14,6 +14,7 @@ from unet_transformer_seg.losses import build_loss
 from unet_transformer_seg.models import build_model
 from unet_transformer_seg.checkpointing import load_checkpoint
 from unet_transformer_seg.training.distributed import DistInfo
+from unet_transformer_seg.training import loop
 from unet_transformer_seg.training.loop import Trainer, train
 from unet_transformer_seg.training.run_folder import RESULTS_COLUMNS
 
@@ -51,6 +52,19 @@ def test_logged_val_loss_is_the_loss_eval_reports_without_class_weights(tmp_path
     scores = json.loads(result.stdout)
     assert scores["mean_dice"] == pytest.approx(logged["val_mean_dice"], abs=1e-6)
     assert scores["loss"] == pytest.approx(logged["val_loss"], rel=1e-6)  # the weighted training loss would differ
+
+
+@pytest.mark.parametrize("interval_s, overrides, drawn_after_epochs", [
+    (1e9, ("train.epochs=3",), [3]), (0.0, ("train.epochs=3",), [1, 2, 3]),
+    (1e9, ("train.epochs=3", "train.max_steps=12"), [2])])
+def test_curves_are_drawn_after_the_last_epoch_and_once_the_interval_has_passed(tmp_path, monkeypatch, interval_s,
+                                                                                overrides, drawn_after_epochs):
+    """Eight steps per epoch; max_steps 12 ends the training in its second epoch, which is then the last."""
+    drawn = []
+    monkeypatch.setattr(loop, "PLOT_INTERVAL_SECONDS", interval_s)
+    monkeypatch.setattr(loop, "plot_curves", lambda history, plots_dir: drawn.append(len(history)))
+    train(tiny_config(tmp_path, "train.num_plot_images=0", *overrides))
+    assert drawn == drawn_after_epochs
 
 
 def _final_weights(tmp_path, *overrides):

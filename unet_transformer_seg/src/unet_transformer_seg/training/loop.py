@@ -55,6 +55,7 @@ from .run_folder import LOGGER_NAME, close_logger, create_run_dir, setup_logger,
 from .schedules import lr_factor, scaled_optimizer_step
 
 
+PLOT_INTERVAL_SECONDS = 30.0  # loss and metric curves: redrawn after the last epoch and once this long has passed
 RESUME_KEYS = ("model", "optimizer", "scheduler", "scaler", "epoch", "step_in_epoch", "global_step", "history",
                "best_score", "epoch_loss", "rng")
 
@@ -178,6 +179,7 @@ class Trainer:
         self.history: List[Dict] = []
         self.best_score = -math.inf
         self.epoch_loss = [0.0, 0]
+        self.last_plot = time.perf_counter()
 
     @property
     def eval_model(self) -> torch.nn.Module:
@@ -417,7 +419,10 @@ class Trainer:
             self.best_score = row["val_mean_dice"]
         if self.dist.is_main:
             write_history(self.run_dir, self.history)
-            plot_curves(self.history, self.run_dir / "plots")
+            last_epoch = self.epoch >= self.num_epochs or self.global_step >= self.total_steps
+            if last_epoch or time.perf_counter() - self.last_plot >= PLOT_INTERVAL_SECONDS:
+                plot_curves(self.history, self.run_dir / "plots")  # about half a second: not after every epoch
+                self.last_plot = time.perf_counter()
         self.save("last.pt")
         if improved:
             self.save("best.pt")
