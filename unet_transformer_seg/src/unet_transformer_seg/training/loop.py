@@ -373,8 +373,12 @@ class Trainer:
         last validation; always after the last epoch."""
         every = self.cfg.train.val_every_steps
         last_validated = self.history[-1]["step"] if self.history else 0
-        finished = self.epoch + 1 >= self.num_epochs or self.global_step >= self.total_steps
-        return every is None or finished or self.global_step - last_validated >= every
+        return every is None or self._in_last_epoch() or self.global_step - last_validated >= every
+
+    def _in_last_epoch(self) -> bool:
+        """Whether the epoch under way (self.epoch, 0-based) is the training's last: the last of num_epochs, or
+        max_steps reached in it."""
+        return self.epoch + 1 >= self.num_epochs or self.global_step >= self.total_steps
 
     def _end_epoch(self, seconds: float) -> None:
         cfg = self.cfg
@@ -411,6 +415,7 @@ class Trainer:
             f"val_mean_dice {row['val_mean_dice']:.4f} val_mean_iou {row['val_mean_iou']:.4f} "
             f"val_pixel_accuracy {row['val_pixel_accuracy']:.4f} ({seconds:.1f}s)"
         )
+        last_epoch = self._in_last_epoch()
         self.epoch += 1
         self.step_in_epoch = 0
         self.epoch_loss = [0.0, 0]
@@ -419,7 +424,6 @@ class Trainer:
             self.best_score = row["val_mean_dice"]
         if self.dist.is_main:
             write_history(self.run_dir, self.history)
-            last_epoch = self.epoch >= self.num_epochs or self.global_step >= self.total_steps
             if last_epoch or time.perf_counter() - self.last_plot >= PLOT_INTERVAL_SECONDS:
                 plot_curves(self.history, self.run_dir / "plots")  # about half a second: not after every epoch
                 self.last_plot = time.perf_counter()
