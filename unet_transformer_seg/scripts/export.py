@@ -18,14 +18,15 @@ import argparse
 import json
 
 from unet_transformer_seg.cli import run_main
-from unet_transformer_seg.deployment import DEFAULT_OPSET, QUANTIZE_CHOICES, export_onnx
+from unet_transformer_seg.choices import QUANTIZE_MODES
+from unet_transformer_seg.deployment import DEFAULT_OPSET, export_onnx
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint file or run folder")
     parser.add_argument("--out", required=True, help="export directory to write (model.onnx, export.json)")
-    parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, help="int8: onnxruntime dynamic quantization")
+    parser.add_argument("--quantize", choices=QUANTIZE_MODES, help="int8: onnxruntime dynamic quantization")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET, help=f"ONNX opset (default {DEFAULT_OPSET})")
     return parser.parse_args(argv)
 

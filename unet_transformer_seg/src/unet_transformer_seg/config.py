@@ -16,9 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import yaml
 
-from .data.transforms import RESIZE_MODES
+from .choices import (
+    ATTENTION_KINDS, COMPILE_BACKENDS, DATA_KINDS, DEVICES, LOSS_NAMES, MODEL_TYPES, NORM_KINDS, NORMALIZE_MODES,
+    RESIZE_MODES, SCHEDULES, SIGMOID_LOSSES,
+)
 from .errors import ConfigError
-from .losses import LOSS_NAMES, SIGMOID_LOSSES
 
 
 def _field(default, **rules):
@@ -32,7 +34,7 @@ class RunConfig:
     name: str = _field("run")
     output_dir: str = _field("runs")
     seed: int = _field(0, min=0)
-    device: str = _field("auto", choices=("auto", "cpu", "cuda"))
+    device: str = _field("auto", choices=DEVICES)
     num_threads: Optional[int] = _field(None, min=1)  # CPU threads for torch; null = PyTorch's default
     debug_checks: bool = _field(False)  # NaN/Inf check on every module's output (slow: one host sync per module)
 
@@ -67,11 +69,12 @@ class AugmentConfig:
 
 @dataclass
 class DataConfig:
-    kind: str = _field("toy", choices=("toy", "folder"))
+    kind: str = _field("toy", choices=DATA_KINDS)
     root: Optional[str] = _field(None)
     image_size: int = _field(64, min=8)
     in_channels: int = _field(3, min=1)
     num_classes: int = _field(4, min=2)
+    class_names: Optional[List[str]] = _field(None)  # one name per class id, for reports; null: the toy set's names, else class_0..
     # toy set only
     train_size: int = _field(2000, min=1)
     val_size: int = _field(200, min=1)
@@ -90,7 +93,7 @@ class DataConfig:
     rot90: bool = _field(True)
     # intensities (data/normalization.py): fixed | dataset | per_image | percentile; mean / std: one number or one
     # per channel (fixed), written by training in dataset / percentile mode, as clip_low / clip_high (percentile)
-    normalize: str = _field("fixed", choices=("fixed", "dataset", "per_image", "percentile"))
+    normalize: str = _field("fixed", choices=NORMALIZE_MODES)
     mean: Union[float, List[float]] = _field(0.5)
     std: Union[float, List[float]] = _field(0.25, gt=0.0)
     clip_low: Optional[List[float]] = _field(None)
@@ -102,15 +105,15 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    type: str = _field("unet_transformer", choices=("unet", "unet_transformer"))
+    type: str = _field("unet_transformer", choices=MODEL_TYPES)
     base_channels: int = _field(16, min=1)
     depth: int = _field(3, min=1, max=6)
-    norm: str = _field("batch", choices=("batch", "group", "syncbatch"))
+    norm: str = _field("batch", choices=NORM_KINDS)
     transformer_layers: int = _field(2, min=1)
     num_heads: int = _field(4, min=1)
     mlp_ratio: float = _field(2.0, gt=0.0)
     dropout: float = _field(0.0, min=0.0, max=0.9)
-    attention: str = _field("explicit", choices=("explicit", "sdpa"))
+    attention: str = _field("explicit", choices=ATTENTION_KINDS)
     activation_checkpointing: bool = _field(False)
     # auxiliary 1x1 heads on the coarser decoder levels in training, loss weights halving per level; off at inference
     deep_supervision: bool = _field(False)
@@ -125,7 +128,7 @@ class TrainConfig:
     lr: float = _field(1e-3, gt=0.0)
     weight_decay: float = _field(1e-4, min=0.0)
     warmup_steps: int = _field(50, min=0)
-    schedule: str = _field("cosine", choices=("cosine", "poly"))  # after warm-up: cosine to 0, or (1 - t)**0.9
+    schedule: str = _field("cosine", choices=SCHEDULES)  # after warm-up: cosine to 0, or (1 - t)**0.9
     ema: bool = _field(False)  # validate and save an exponential moving average of the weights
     ema_decay: float = _field(0.99, gt=0.0, max=0.99999)
     grad_clip: Optional[float] = _field(1.0, gt=0.0)
@@ -139,7 +142,7 @@ class TrainConfig:
     dice_include_background: bool = _field(True)
     checkpoint_every: int = _field(0, min=0)
     compile: bool = _field(False)
-    compile_backend: str = _field("inductor", choices=("inductor", "aot_eager", "eager"))
+    compile_backend: str = _field("inductor", choices=COMPILE_BACKENDS)
     detect_anomaly: bool = _field(False)
     num_plot_images: int = _field(4, min=0)
 
@@ -281,6 +284,13 @@ def _check_cross_fields(cfg: Config) -> None:
                           "none; set train.class_weights: null, or train.loss: ce_dice")
     _check_intensities(data)
     _check_augment(data.augment)
+    if data.class_names is not None:
+        if len(data.class_names) != data.num_classes:
+            raise ConfigError(f"config key 'data.class_names' must list one name per class ({data.num_classes}), "
+                              f"got {len(data.class_names)}")
+        if len(set(data.class_names)) != len(data.class_names) or not all(data.class_names):
+            raise ConfigError(f"config key 'data.class_names' must hold distinct, non-empty names, got "
+                              f"{data.class_names}")
     if data.palette is not None:
         if len(data.palette) != data.num_classes:
             raise ConfigError(

@@ -30,11 +30,11 @@ import torch
 
 from . import __version__
 from .checkpointing import check_tagged
+from .choices import BACKENDS, QUANTIZE_MODES
 from .config import Config, config_from_dict, config_to_dict
-from .data.toy_shapes import CLASS_NAMES as TOY_CLASS_NAMES
 from .errors import CheckpointError, ConfigError, MissingDependencyError
 from .inference import load_trained_model
-from .labels import class_colours
+from .labels import class_colours, class_names
 from .models import output_channels
 from .models.unet import check_model_input
 from .runtime import apply_num_threads, resolve_device
@@ -44,8 +44,6 @@ SIDECAR_NAME = "export.json"
 GRAPH_NAME = "model.onnx"
 INPUT_NAME, OUTPUT_NAME = "images", "logits"
 DEFAULT_OPSET = 17  # LayerNormalization is one operator from opset 17 on
-QUANTIZE_CHOICES = ("int8",)
-BACKENDS = ("torch", "onnx")
 EXTRA_HINT = "pip install -e 'unet_transformer_seg[onnx]' (installs onnx and onnxruntime)"
 SIDECAR_KEYS = ("format", "graph", "model_kind", "precision", "num_classes", "in_channels", "output_channels",
                 "depth", "multiple_of", "opset", "config")
@@ -106,13 +104,6 @@ def _tag_graph(onnx, path: Path, cfg: Config) -> int:
     return _graph_opset(graph)
 
 
-def class_names(cfg: Config) -> Optional[list]:
-    """The toy set's class names; None for a folder data set (its config names no classes)."""
-    if cfg.data.kind != "toy":
-        return None
-    return ["background", "shape"] if cfg.data.binary else list(TOY_CLASS_NAMES)
-
-
 def describe_export(cfg: Config, precision: str, opset: int, checkpoint: str) -> Dict[str, Any]:
     """The sidecar: what predict.py / eval.py need to run the graph without the training config."""
     onnx, onnxruntime = import_onnx()
@@ -132,7 +123,7 @@ def describe_export(cfg: Config, precision: str, opset: int, checkpoint: str) ->
         "multiple_of": 2**cfg.model.depth,
         "training_size": cfg.data.image_size,
         "resize_mode": cfg.data.resize_mode,
-        "class_names": class_names(cfg),
+        "class_names": class_names(cfg.data),
         "class_colours": class_colours(cfg.data.num_classes).tolist(),
         "mask_palette": cfg.data.palette,
         "opset": opset,
@@ -147,8 +138,8 @@ def export_onnx(checkpoint: str | Path, out_dir: str | Path, quantize: Optional[
                 opset: int = DEFAULT_OPSET) -> Dict[str, Any]:
     """Export a checkpoint (file or run folder) to out_dir/model.onnx + out_dir/export.json; returns the sidecar,
     which also records the largest |logit difference| against PyTorch on one random training-size batch."""
-    if quantize not in (None, *QUANTIZE_CHOICES):
-        raise ConfigError(f"--quantize must be one of {', '.join(QUANTIZE_CHOICES)}, got {quantize!r}")
+    if quantize not in (None, *QUANTIZE_MODES):
+        raise ConfigError(f"--quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
     model, cfg = load_trained_model(checkpoint)
     onnx, _ = import_onnx()
     out_dir = Path(out_dir)

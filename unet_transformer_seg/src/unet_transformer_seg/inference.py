@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from .checks import install_nonfinite_hooks
+from .choices import DEVICES, TTA_MODES
 from .config import Config, config_from_dict
 from .data.image_io import display_image
 from .data.normalization import Normalization
@@ -40,8 +41,6 @@ from .models import build_model
 from .tiling import sliding_window_logits
 from .checkpointing import load_checkpoint, resolve_checkpoint_path
 
-TTA_CHOICES = ("none", "flip")
-DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -63,9 +62,9 @@ class InferenceOptions:
                                  "trained in resize mode refuses them)")
         parser.add_argument("--tile-overlap", type=float, default=0.25, help="overlap of neighbouring windows, [0, 1)")
         parser.add_argument("--tile-batch", type=int, help="windows per forward pass (default: train.eval_batch_size)")
-        parser.add_argument("--tta", default="none", choices=TTA_CHOICES,
+        parser.add_argument("--tta", default="none", choices=TTA_MODES,
                             help="flip: average over the image and its three mirror images")
-        parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES,
+        parser.add_argument("--device", default="auto", choices=DEVICES,
                             help="where the model runs, whatever device it was trained on (default: auto)")
 
     @classmethod
@@ -77,10 +76,10 @@ class InferenceOptions:
             raise ConfigError(f"--tile-overlap must be in [0, 1), got {self.tile_overlap}")
         if self.tile_batch is not None and self.tile_batch < 1:
             raise ConfigError(f"--tile-batch must be >= 1, got {self.tile_batch}")
-        if self.tta not in TTA_CHOICES:
-            raise ConfigError(f"--tta must be one of {', '.join(TTA_CHOICES)}, got {self.tta!r}")
-        if self.device not in DEVICE_CHOICES:
-            raise ConfigError(f"--device must be one of {', '.join(DEVICE_CHOICES)}, got {self.device!r}")
+        if self.tta not in TTA_MODES:
+            raise ConfigError(f"--tta must be one of {', '.join(TTA_MODES)}, got {self.tta!r}")
+        if self.device not in DEVICES:
+            raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
 
     def check_model(self, cfg: Config) -> None:
         """Refuse `tiles` for a model trained on whole images resized to S x S (see the module docstring)."""

@@ -5,16 +5,20 @@
   `data.resize_mode: pad` and the sliding window add is filled with it. -1 is never a class id, so this works whether
   or not `data.ignore_index` is set.
 - Predictions are class ids too: `logits_to_labels` turns logits into them.
+- `class_names` gives each class id a name for reports: `data.class_names`, the toy set's, else class_0, class_1, ...
 - `class_colours` gives each class id a display colour (masks written as indexed PNGs, overlays, plots);
   `colour_labels` paints a label map with them.
 """
 
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
 import torch
 
 IGNORE_LABEL = -1
+TOY_CLASS_NAMES = ("background", "circle", "square", "triangle")
 
 # matplotlib's "tab10" colours, written out so that image files never depend on a plotting library
 TAB10 = (
@@ -32,6 +36,15 @@ def _voc_colour(class_id: int) -> tuple:
         blue |= ((class_id >> 2) & 1) << shift
         class_id >>= 3
     return red, green, blue
+
+
+def class_names(data) -> List[str]:
+    """One name per class id from a DataConfig: `data.class_names` when set, the toy set's names, else class_<id>."""
+    if data.class_names is not None:
+        return list(data.class_names)
+    if data.kind == "toy":
+        return ["background", "shape"] if data.binary else list(TOY_CLASS_NAMES)
+    return [f"class_{class_id}" for class_id in range(data.num_classes)]
 
 
 def class_colours(num_classes: int) -> np.ndarray:

@@ -22,7 +22,6 @@ import torch
 from tqdm import tqdm
 
 NORMALIZE_MODES = ("fixed", "dataset", "per_image", "percentile")
-COUNTED_MODES = ("dataset", "percentile")
 PERCENTILES = (0.5, 99.5)
 PERCENTILE_PIXELS_PER_IMAGE = 10_000  # percentiles come from at most this many pixels of each training image
 MIN_STD = 1e-6  # a constant channel gets this std instead of 0

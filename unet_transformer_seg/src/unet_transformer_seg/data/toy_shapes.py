@@ -15,11 +15,10 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..labels import class_colours
+from ..labels import TOY_CLASS_NAMES as CLASS_NAMES, class_colours
 from .image_io import convert_channels, image_to_uint8, write_png
 
 SPLIT_IDS = {"train": 0, "val": 1, "test": 2}
-CLASS_NAMES = ("background", "circle", "square", "triangle")
 MIN_COLOUR_DISTANCE = 0.35
 
 

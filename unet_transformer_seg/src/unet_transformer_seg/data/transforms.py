@@ -26,9 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..choices import RESIZE_MODES, check_choice
 from ..labels import IGNORE_LABEL
-
-RESIZE_MODES = ("resize", "pad", "random_crop")
 
 
 def resize_image(image: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
@@ -154,8 +153,7 @@ class SegmentationTransform:
         resize_for_eval: bool = True,
         foreground_fraction: float = 0.0,
     ):
-        if resize_mode not in RESIZE_MODES:
-            raise ValueError(f"unknown resize_mode {resize_mode!r}")
+        check_choice(resize_mode, RESIZE_MODES, "resize_mode")
         self.size = image_size
         self.normalization = normalization
         self.train = train

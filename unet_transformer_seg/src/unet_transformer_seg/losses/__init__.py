@@ -2,12 +2,12 @@
 
 from .class_weights import auto_class_weights
 from .segmentation import (
-    LOSS_NAMES, SIGMOID_LOSSES, DeepSupervisionLoss, SegmentationLoss, binary_cross_entropy_loss, binary_dice_loss,
+    DeepSupervisionLoss, SegmentationLoss, binary_cross_entropy_loss, binary_dice_loss,
     build_loss, cross_entropy_loss, deep_supervision_weights, soft_dice_loss,
 )
 
 __all__ = [
-    "LOSS_NAMES", "SIGMOID_LOSSES", "DeepSupervisionLoss", "SegmentationLoss", "auto_class_weights",
+    "DeepSupervisionLoss", "SegmentationLoss", "auto_class_weights",
     "binary_cross_entropy_loss", "binary_dice_loss", "build_loss", "cross_entropy_loss", "deep_supervision_weights",
     "soft_dice_loss",
 ]

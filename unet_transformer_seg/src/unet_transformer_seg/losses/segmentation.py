@@ -22,10 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import assert_shape
+from ..choices import LOSS_NAMES, SIGMOID_LOSSES
 from ..labels import IGNORE_LABEL
-
-LOSS_NAMES = ("ce", "dice", "ce_dice", "bce", "bce_dice")
-SIGMOID_LOSSES = ("bce", "bce_dice")  # one sigmoid output channel
 
 
 def _valid_target(target: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

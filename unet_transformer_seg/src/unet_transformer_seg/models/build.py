@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import Config
-from ..losses import SIGMOID_LOSSES
+from ..choices import MODEL_TYPES, SIGMOID_LOSSES, check_choice
 from .unet import UNet, UNetTransformer
 
 
@@ -23,6 +23,7 @@ def build_model(cfg: Config) -> UNet:
         norm=model_cfg.norm,
         deep_supervision=model_cfg.deep_supervision,
     )
+    check_choice(model_cfg.type, MODEL_TYPES, "model.type")
     if model_cfg.type == "unet":
         return UNet(**common)
     return UNetTransformer(

@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..checks import assert_shape
+from ..choices import ATTENTION_KINDS, check_choice
 
 
 class MultiHeadAttention(nn.Module):
@@ -28,8 +29,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"dim {dim} is not divisible by num_heads {num_heads}")
-        if impl not in ("explicit", "sdpa"):
-            raise ValueError(f"unknown attention impl {impl!r}")
+        check_choice(impl, ATTENTION_KINDS, "attention impl")
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.dropout = dropout

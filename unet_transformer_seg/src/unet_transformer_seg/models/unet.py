@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from ..checks import assert_shape
+from ..choices import NORM_KINDS, check_choice
 from ..errors import ShapeError
 from .transformer import TransformerBottleneck
 
@@ -23,6 +24,7 @@ from .transformer import TransformerBottleneck
 def make_norm(kind: str, channels: int) -> nn.Module:
     """BatchNorm2d for `batch` and `syncbatch` (the trainer converts it to SyncBatchNorm under torchrun), else
     GroupNorm with gcd(8, channels) groups."""
+    check_choice(kind, NORM_KINDS, "norm")
     if kind in ("batch", "syncbatch"):
         return nn.BatchNorm2d(channels)
     return nn.GroupNorm(math.gcd(8, channels), channels)

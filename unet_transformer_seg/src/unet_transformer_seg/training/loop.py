@@ -38,7 +38,8 @@ from ..config import Config, config_to_dict, save_config
 from ..data.augment import BatchAugment, augment_generator
 from ..data.datasets import base_dataset, build_split, class_pixel_counts
 from ..data.image_io import display_image
-from ..data.normalization import COUNTED_MODES, count_statistics, describe
+from ..choices import COUNTED_NORMALIZE_MODES
+from ..data.normalization import count_statistics, describe
 from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
 from ..inference import Segmenter
 from ..losses import auto_class_weights, build_loss
@@ -220,7 +221,7 @@ class Trainer:
         reads the images, the others receive the result) and written into cfg.data, so config.yaml and checkpoints
         hold them. A resumed run keeps those of its checkpoint's config."""
         data = self.cfg.data
-        if data.normalize not in COUNTED_MODES or self.resume_state is not None:
+        if data.normalize not in COUNTED_NORMALIZE_MODES or self.resume_state is not None:
             return None
         counted = None
         if self.dist.is_main:

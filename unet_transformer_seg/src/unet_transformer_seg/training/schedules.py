@@ -15,13 +15,13 @@ from typing import Callable
 
 import torch
 
-SCHEDULES = ("cosine", "poly")
+from ..choices import SCHEDULES, check_choice
+
 POLY_EXPONENT = 0.9
 
 
 def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}")
+    check_choice(schedule, SCHEDULES, "schedule")
 
     def factor(step: int) -> float:
         if step < warmup_steps:
