@@ -86,6 +86,9 @@ class DataConfig:
     palette: Optional[List[List[int]]] = _field(None)
     # folder set only: mask value that marks pixels no loss or metric looks at (VOC's void label is 255)
     ignore_index: Optional[int] = _field(None, min=0)
+    # folder set only: k-fold cross-validation over train + val (data/folds.py); fold k in 0..folds-1 validates
+    folds: Optional[int] = _field(None, min=2)
+    fold: Optional[int] = _field(None, min=0)
     # both
     resize_mode: str = _field("resize", choices=RESIZE_MODES)
     hflip: bool = _field(True)
