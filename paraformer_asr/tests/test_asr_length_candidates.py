@@ -15,13 +15,13 @@ import torch
 
 from asr_helpers import load_script, tiny_raw_config
 from asr_reference import loop_ctc_log_likelihood, loop_greedy_frame_tokens
-from paraformer_asr.config import config_from_dict
+from paraformer_asr.config import ModelConfig, config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.models.ctc import ctc_log_likelihood
 from paraformer_asr.models.ctc_extractor import BLANK_OFFSET_STEP
-from paraformer_asr.models.paraformer import candidate_counts
+from paraformer_asr.models.paraformer import ParaformerDecoding, candidate_counts
 
 CTC_BLANK_BIAS = 0.0  # an untrained CTC head's blank bias: the tiny model's greedy paths hold 1-4 tokens
 
@@ -74,8 +74,9 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
                     ctc_score_weight: float = 0.0) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
     scaled to the count): greedy tokens, score = (their log-prob sum + ctc_score_weight x their CTC log-likelihood)
-    / count - count_prior x |count - the sum of the calibrated alphas|, the first best candidate wins; the CTC term is
-    left out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
+    / count - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire when predictor_bias
+    is 1: the real tokens' distance from the sum less the bias), the first best candidate wins; the CTC term is left
+    out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
     hypotheses, scores = [], []
     for row in range(features.shape[0]):
@@ -176,7 +177,8 @@ def test_ctc_extractor_length_candidates_match_a_plain_loop(count_prior, ctc_sco
 
 
 @pytest.mark.parametrize("predictor_bias, count_prior, ctc_score_weight", [(0, 0.0, 0.0), (1, 0.0, 0.0),
-                                                                         (0, 0.3, 0.0), (0, 0.3, 0.5), (1, 0.0, 2.0)])
+                                                                         (0, 0.3, 0.0), (0, 0.3, 0.5), (1, 0.0, 2.0),
+                                                                         (1, 0.3, 0.0), (1, 1.0, 0.5)])
 def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior, ctc_score_weight):
     model, batch, _ = _tiny_paraformer(predictor_bias, ctc_weight=0.3 if ctc_score_weight else 0.0)
     tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2,
@@ -411,3 +413,56 @@ def test_a_near_tie_passes_one_pass_greedy_by_and_keeps_the_stronger_lm():
     assert (chosen.method, chosen.lm_weight, chosen.ctc_score_weight) == ("beam", 1.0, 1.0)
     clear_best = [lowest if s.length_candidates == 0 else 0.05 for s in grid]
     assert grid[choose(clear_best)].length_candidates == 0  # kept where it is clearly the best
+
+
+class _ScriptedCifDecoding(ParaformerDecoding):
+    """A Paraformer decoding with every learned part scripted: the encoder passes its input through, the CIF's alphas
+    are fixed, and the decoder's logits come from a fixed table per count and position (``table[n][k]``: position k
+    of a candidate with n fired tokens, the <eos> fire included with predictor_bias 1), whatever the queries."""
+
+    def __init__(self, alphas: list[float], table: dict[int, torch.Tensor], predictor_bias: int):
+        self.cfg = ModelConfig(predictor_bias=predictor_bias)
+        self.pad_id, self.eos_id, self.blank_id = 0, 1, None
+        self.alphas, self.table = torch.tensor([alphas]), table
+
+    def encode(self, features, feat_mask):
+        return features, feat_mask
+
+    def cif_alphas(self, encoder_out, enc_mask):
+        return self.alphas, self.alphas
+
+    def ctc_log_probs(self, encoder_out):
+        return None
+
+    def decode_queries(self, embeddings, token_mask, encoder_out, enc_mask):
+        logits = torch.zeros(*token_mask.shape, 5)  # [B*K, N, V]
+        for row, count in enumerate(token_mask.sum(dim=1).tolist()):
+            logits[row, :count] = self.table[count]
+        return logits
+
+
+@pytest.mark.parametrize("predictor_bias", [0, 1])
+@pytest.mark.parametrize("count_prior", [0.0, 0.2, 0.5, 5.0])
+def test_the_count_prior_is_centred_on_the_real_token_count_as_brute_force_says(predictor_bias, count_prior):
+    """With ``model.predictor_bias`` 1 the CIF's expected count (the sum of its alphas) holds the <eos> fire, the
+    candidates' lengths do not: the prior is centred on the sum less the bias. Against every candidate count scored
+    by hand: greedy log-prob sum / real tokens - count_prior x |real tokens - (sum of alphas - bias)|."""
+    generator = torch.Generator().manual_seed(predictor_bias)
+    alphas = [0.9, 0.8, 0.7, 0.6, 0.6, 0.5]  # sum 4.1: 4 fires (with bias 1: 3 tokens and the <eos>)
+    spread, expected = 1, sum(alphas) - predictor_bias
+    table = {count: torch.randn(count, 5, generator=generator) * 2 for count in range(1, 7)}
+    model = _ScriptedCifDecoding(alphas, table, predictor_bias)
+    brute = {}  # real token count -> (greedy tokens, score per token)
+    for count in (3, 4, 5):
+        log_probs = torch.log_softmax(table[count][:count - predictor_bias], dim=-1)
+        log_probs[:, [model.pad_id, model.eos_id]] = float("-inf")
+        best = log_probs.max(dim=-1)
+        real = count - predictor_bias
+        brute[real] = (best.indices.tolist(), float(best.values.sum()) / real - count_prior * abs(real - expected))
+    want = max(brute, key=lambda real: brute[real][1])
+    features, feat_mask = torch.zeros(1, len(alphas), 4), torch.ones(1, len(alphas), dtype=torch.bool)
+    tokens, lengths, _, scores = model.decode_length_candidates(features, feat_mask, spread, count_prior=count_prior)
+    assert int(lengths[0]) == want and tokens[0, :want].tolist() == brute[want][0]
+    assert float(scores[0]) == pytest.approx(brute[want][1], abs=1e-5)
+    if count_prior == 5.0:  # a strong prior keeps the CIF's own count of real tokens
+        assert want == 4 - predictor_bias

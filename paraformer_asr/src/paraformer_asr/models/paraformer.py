@@ -127,8 +127,9 @@ class ParaformerDecoding:
         Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
         x the LM's sentence log-prob with an ``lm``, plus ``ctc_score_weight`` x its CTC log-likelihood over the
         encoder frames (``ctc_log_likelihood``; models with a CTC head), all divided by its token count; less
-        ``count_prior`` x the candidate's distance to the extractor's own expected count (CIF: the sum of its
-        calibrated alphas; CTC: the plain greedy path's count). The best per utterance wins. A count one off spells a
+        ``count_prior`` x the candidate's distance to the extractor's own expected count of real tokens (CIF: the sum
+        of its calibrated alphas less ``model.predictor_bias``, whose <eos> fire the candidates' lengths leave out;
+        CTC: the plain greedy path's count). The best per utterance wins. A count one off spells a
         word with a letter too many or too few: the candidates let the decoder's, the LM's and the CTC head's
         confidence pick the count instead, and the prior says how far to trust the extractor over them (data where it
         counts well want a prior). The CTC head scores every frame of the utterance, so it tells a doubled or dropped
@@ -173,7 +174,8 @@ class ParaformerDecoding:
                         spread: int) -> tuple[CifOutput, torch.Tensor]:
         """encoder_out [B, T', D], enc_mask [B, T'], repeated [B*K, T', D] (each utterance K = 2 x spread + 1 times)
         -> (the CIF integrated to the counts N - spread .. N + spread, row b*K + k the k-th of utterance b; the CIF's
-        expected count [B*K], the sum of its calibrated alphas)."""
+        expected count of real tokens [B*K]: the sum of its calibrated alphas less ``model.predictor_bias``, as the
+        candidates' lengths are counted once the <eos> fire is dropped)."""
         width = 2 * spread + 1
         alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
         counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
@@ -185,7 +187,8 @@ class ParaformerDecoding:
         extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alpha_sum,
                                integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
                                num_tokens=num_tokens, fire_frames=fires)
-        return extraction, calibrated.sum(dim=1).repeat_interleave(width)
+        expected = calibrated.sum(dim=1) - self.cfg.predictor_bias  # [B] the <eos> fire is no token
+        return extraction, expected.repeat_interleave(width)
 
     def _ctc_candidates(self, repeated: torch.Tensor, repeated_mask: torch.Tensor, ctc_log_probs: torch.Tensor,
                         spread: int) -> tuple[CtcExtraction, torch.Tensor]:
