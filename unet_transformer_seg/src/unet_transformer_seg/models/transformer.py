@@ -20,9 +20,9 @@ from ..choices import ATTENTION_KINDS, check_choice
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention with separate Q, K, V projections.
 
-    `impl="explicit"` computes softmax(Q K^T / sqrt(d) + mask) V step by step; `impl="sdpa"` hands the same Q, K, V
-    to `torch.nn.functional.scaled_dot_product_attention`. Both give the same result (tested).
-    mask: bool [T, S] or [B, T, S], True where a query may attend to a key; every query needs at least one True.
+    `impl="explicit"` computes softmax(Q K^T / sqrt(d)) V step by step; `impl="sdpa"` hands the same Q, K, V to
+    `torch.nn.functional.scaled_dot_product_attention`. Both give the same result (tested). Every query attends to
+    every key: the bottleneck's tokens are one whole feature map, so there is nothing to mask.
     """
 
     def __init__(self, dim: int, num_heads: int, dropout: float = 0.0, impl: str = "explicit"):
@@ -48,7 +48,6 @@ class MultiHeadAttention(nn.Module):
         query: torch.Tensor,
         key: Optional[torch.Tensor] = None,
         value: Optional[torch.Tensor] = None,
-        mask: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         key = query if key is None else key
         value = key if value is None else value
@@ -58,20 +57,11 @@ class MultiHeadAttention(nn.Module):
         q = self._split_heads(self.q_proj(query))  # [B, h, T, d]
         k = self._split_heads(self.k_proj(key))  # [B, h, S, d]
         v = self._split_heads(self.v_proj(value))  # [B, h, S, d]
-        if mask is not None:
-            if mask.dim() == 2:
-                assert_shape(mask, "T,S", name="attention mask", dims=dims)
-                mask = mask.unsqueeze(0)
-            else:
-                assert_shape(mask, "B,T,S", name="attention mask", dims=dims)
-            mask = mask.unsqueeze(1)  # [B|1, 1, T, S]
         dropout_p = self.dropout if self.training else 0.0
         if self.impl == "sdpa":
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # [B, h, T, d]
+            context = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)  # [B, h, T, d]
         else:
             scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, h, T, S]
-            if mask is not None:
-                scores = scores.masked_fill(~mask, float("-inf"))  # [B, h, T, S]
             weights = F.dropout(torch.softmax(scores, dim=-1), p=dropout_p, training=self.training)  # [B, h, T, S]
             context = torch.matmul(weights, v)  # [B, h, T, d]
         batch, _, length, _ = context.shape
@@ -102,8 +92,8 @@ class TransformerBlock(nn.Module):
         self.ffn = FeedForward(dim, mlp_ratio, dropout)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.norm1(x), mask=mask))  # [B, T, D]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x)))  # [B, T, D]
         return x + self.drop(self.ffn(self.norm2(x)))  # [B, T, D]
 
 
