@@ -1,6 +1,6 @@
 """Write two generated image sets that look like real use, in the folder format read by `data.kind: folder`.
 
-    python scripts/make_realistic_sets.py --out /work/data/seg_sets [--seed 0] [--scale 1.0]
+    python scripts/make_realistic_sets.py --out /work/data/seg_sets [--seed 0] [--scale 1.0] [--sets natural ...]
 
 OUT/natural: photograph-like RGB JPEG images of mixed sizes (96..192 px a side) with a few large objects of three
 classes (1: rounded blobs with wobbly outlines, 2: rotated boxes, 3: upright figures, a head over a body) on textured,
@@ -12,7 +12,12 @@ two classes (1: round nuclei, radius 4-8 px; 2: elongated cells, 2-3 x 6-10 px) 
 background (uneven illumination, unlabelled out-of-focus debris, optical blur, shot and read noise); about 3 % of
 the pixels are foreground. Masks: 8-bit gray PNGs of class ids. 80 train / 20 val / 20 test.
 
-`--scale` multiplies every split's size. Everything is a pure function of --seed.
+OUT/multichannel: 2-channel float32 `.npy` images of 160 x 160 on no fixed scale (each image has its own gain, 0.3x to
+3x), as from a two-channel instrument: class 1 (round blobs, radius 8-16 px) is bright in channel 0, class 2
+(elongated bands) only in channel 1, and class 3 is rare: small dots (radius 3-4 px) bright in both channels, in
+about a third of the images. Masks: 8-bit gray PNGs. 120 train / 30 val / 30 test.
+
+`--scale` multiplies every split's size; `--sets` picks some of the three. Everything is a pure function of --seed.
 """
 
 import argparse
@@ -28,6 +33,7 @@ from unet_transformer_seg.errors import ConfigError
 
 NATURAL_SPLITS = {"train": 240, "val": 60, "test": 60}
 MICROSCOPY_SPLITS = {"train": 80, "val": 20, "test": 20}
+MULTICHANNEL_SPLITS = {"train": 120, "val": 30, "test": 30}
 VOID = 255
 SPLIT_STREAMS = {"train": 0, "val": 1, "test": 2}
 
@@ -134,6 +140,30 @@ def microscopy_sample(rng, size=256):
     return Image.fromarray(pixels), labels.astype(np.uint8)
 
 
+def multichannel_sample(rng, size=160):
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    gain = rng.uniform(0.3, 3.0)
+    channels = np.stack([50 + 10 * smooth_noise(rng, size, size, 6)[..., 0],
+                         20 + 6 * smooth_noise(rng, size, size, 6)[..., 0]], -1)  # [H, W, 2]
+    labels = np.zeros((size, size), dtype=np.int64)
+    objects = [1] * int(rng.integers(1, 5)) + [2] * int(rng.integers(1, 4)) + [3] * int(rng.random() < 0.35)
+    for class_id in rng.permutation(objects):
+        cy, cx = rng.uniform(0.1, 0.9, 2) * size
+        dy, dx = yy - cy, xx - cx
+        angle = rng.uniform(0, np.pi)
+        u, v = dx * np.cos(angle) + dy * np.sin(angle), -dx * np.sin(angle) + dy * np.cos(angle)
+        if class_id == 1:
+            region, boost = (u / rng.uniform(1.0, 1.4)) ** 2 + v**2 < rng.uniform(8, 16) ** 2, (35.0, 0.0)
+        elif class_id == 2:
+            region, boost = (u / rng.uniform(14, 28)) ** 2 + (v / rng.uniform(3, 6)) ** 2 < 1, (0.0, 18.0)
+        else:
+            region, boost = u**2 + v**2 < rng.uniform(3, 4.5) ** 2, (25.0, 14.0)
+        channels[region] += np.array(boost, dtype=np.float32)
+        labels[region] = class_id
+    image = gain * (channels + rng.normal(0, 4, channels.shape))
+    return image.astype(np.float32), labels.astype(np.uint8)
+
+
 def write_set(root: Path, splits, sample, seed: int, image_suffix: str, scale: float) -> None:
     for split, count in splits.items():
         images, masks = root / split / "images", root / split / "masks"
@@ -143,16 +173,25 @@ def write_set(root: Path, splits, sample, seed: int, image_suffix: str, scale: f
             rng = np.random.default_rng([seed, SPLIT_STREAMS[split], index])
             picture, mask = sample(rng)
             stem = f"{split}_{index:04d}"
-            picture.save(images / f"{stem}{image_suffix}", **({"quality": 92} if image_suffix == ".jpg" else {}))
+            if image_suffix == ".npy":
+                np.save(images / f"{stem}.npy", picture)
+            else:
+                picture.save(images / f"{stem}{image_suffix}", **({"quality": 92} if image_suffix == ".jpg" else {}))
             Image.fromarray(mask, mode="L").save(masks / f"{stem}.png")
         print(f"{root.name} {split}: {max(1, round(count * scale))} images -> {root / split}", flush=True)
 
 
+SETS = {"natural": (NATURAL_SPLITS, natural_sample, ".jpg"),
+        "microscopy": (MICROSCOPY_SPLITS, microscopy_sample, ".png"),
+        "multichannel": (MULTICHANNEL_SPLITS, multichannel_sample, ".npy")}
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", required=True, help="folder to create natural/ and microscopy/ in")
+    parser.add_argument("--out", required=True, help="folder to create the sets in (OUT/natural, ...)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies the number of images of every split")
+    parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS), help="which sets to write")
     return parser.parse_args(argv)
 
 
@@ -161,8 +200,9 @@ def main() -> int:
     if args.scale <= 0:
         raise ConfigError(f"--scale must be > 0, got {args.scale}")
     out = Path(args.out)
-    write_set(out / "natural", NATURAL_SPLITS, natural_sample, args.seed, ".jpg", args.scale)
-    write_set(out / "microscopy", MICROSCOPY_SPLITS, microscopy_sample, args.seed, ".png", args.scale)
+    for name in args.sets:
+        splits, sample, suffix = SETS[name]
+        write_set(out / name, splits, sample, args.seed, suffix, args.scale)
     return 0
 
 

@@ -1,10 +1,13 @@
 """Train a segmentation model.
 
     python scripts/train.py --config configs/quick.yaml [--set section.key=value ...]
+    python scripts/train.py --config configs/my_data.yaml --fold K --folds 5
     python scripts/train.py --resume RUN_DIR_OR_CHECKPOINT [--set train.epochs=20]
     torchrun --nproc_per_node=2 scripts/train.py --config ...
 
 The last line on stdout is the run folder. With --resume the config stored in the checkpoint is used (plus --set).
+--fold K --folds N trains fold K of N-fold cross-validation over a folder set's train + val images (data.fold,
+data.folds; scripts/cross_validate.py trains them all).
 """
 
 import argparse
@@ -21,7 +24,14 @@ def parse_args(argv=None):
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (parsed as YAML); repeatable")
     parser.add_argument("--resume", metavar="RUN_DIR_OR_CKPT", help="continue from a run folder's last.pt or a file")
-    return parser.parse_args(argv)
+    parser.add_argument("--fold", type=int, help="cross-validation: the fold that validates (0..folds-1)")
+    parser.add_argument("--folds", type=int, help="cross-validation: the number of folds")
+    args = parser.parse_args(argv)
+    if (args.fold is None) != (args.folds is None):
+        parser.error("--fold and --folds go together")
+    if args.fold is not None:
+        args.overrides += [f"data.fold={args.fold}", f"data.folds={args.folds}"]
+    return args
 
 
 def main() -> int:

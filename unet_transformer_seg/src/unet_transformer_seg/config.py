@@ -1,8 +1,10 @@
 """Config: YAML -> nested dataclasses, strict validation, `--set section.key=value` overrides.
 
 Every field may carry metadata: `choices` (allowed values), `min` / `max` (inclusive bounds), `gt` (strict lower
-bound). Unknown keys, wrong types and impossible values raise ConfigError naming the key, before anything is built.
-Paths in a config are relative to the current working directory.
+bound), `auto` (the value `auto` is allowed: `planning.py` sets it from the training data before training). Unknown
+keys, wrong types, impossible values and settings that would do nothing in the chosen mode (`INERT_RULES`) raise
+ConfigError naming the key, before anything is built. Paths in a config are relative to the current working
+directory.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from .choices import (
     RESIZE_MODES, SCHEDULES, SIGMOID_LOSSES,
 )
 from .errors import ConfigError
+
+
+AUTO = "auto"
 
 
 def _field(default, **rules):
@@ -71,9 +76,9 @@ class AugmentConfig:
 class DataConfig:
     kind: str = _field("toy", choices=DATA_KINDS)
     root: Optional[str] = _field(None)
-    image_size: int = _field(64, min=8)
-    in_channels: int = _field(3, min=1)
-    num_classes: int = _field(4, min=2)
+    image_size: int = _field(64, min=8, auto=True)
+    in_channels: int = _field(3, min=1, auto=True)
+    num_classes: int = _field(4, min=2, auto=True)
     class_names: Optional[List[str]] = _field(None)  # one name per class id, for reports; null: the toy set's names, else class_0..
     # toy set only
     train_size: int = _field(2000, min=1)
@@ -85,24 +90,24 @@ class DataConfig:
     # folder set only: colour of each class id (index = class id), for RGB masks
     palette: Optional[List[List[int]]] = _field(None)
     # folder set only: mask value that marks pixels no loss or metric looks at (VOC's void label is 255)
-    ignore_index: Optional[int] = _field(None, min=0)
+    ignore_index: Optional[int] = _field(None, min=0, auto=True)
     # folder set only: k-fold cross-validation over train + val (data/folds.py); fold k in 0..folds-1 validates
     folds: Optional[int] = _field(None, min=2)
     fold: Optional[int] = _field(None, min=0)
     # both
-    resize_mode: str = _field("resize", choices=RESIZE_MODES)
+    resize_mode: str = _field("resize", choices=RESIZE_MODES, auto=True)
     hflip: bool = _field(True)
     vflip: bool = _field(True)
     rot90: bool = _field(True)
     # intensities (data/normalization.py): fixed | dataset | per_image | percentile; mean / std: one number or one
     # per channel (fixed), written by training in dataset / percentile mode, as clip_low / clip_high (percentile)
-    normalize: str = _field("fixed", choices=NORMALIZE_MODES)
+    normalize: str = _field("fixed", choices=NORMALIZE_MODES, auto=True)
     mean: Union[float, List[float]] = _field(0.5)
     std: Union[float, List[float]] = _field(0.25, gt=0.0)
     clip_low: Optional[List[float]] = _field(None)
     clip_high: Optional[List[float]] = _field(None)
-    # share of training windows (pad, random_crop) centred on a random foreground pixel; nnU-Net uses 0.33
-    foreground_fraction: float = _field(0.0, min=0.0, max=1.0)
+    # share of training windows (pad, random_crop) centred on a pixel of a class drawn among those present; nnU-Net: 0.33
+    foreground_fraction: float = _field(0.0, min=0.0, max=1.0, auto=True)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
 
 
@@ -125,8 +130,8 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     epochs: int = _field(10, min=1)
-    max_steps: Optional[int] = _field(None, min=1)
-    batch_size: int = _field(16, min=1)
+    max_steps: Optional[int] = _field(None, min=1, auto=True)
+    batch_size: int = _field(16, min=1, auto=True)
     eval_batch_size: int = _field(64, min=1)
     lr: float = _field(1e-3, gt=0.0)
     weight_decay: float = _field(1e-4, min=0.0)
@@ -139,7 +144,7 @@ class TrainConfig:
     accumulate_steps: int = _field(1, min=1)
     num_workers: int = _field(0, min=0)
     log_every: int = _field(20, min=1)
-    val_every_steps: Optional[int] = _field(None, min=1)  # null: validate after every epoch
+    val_every_steps: Optional[int] = _field(None, min=1, auto=True)  # null: validate after every epoch
     loss: str = _field("ce_dice", choices=LOSS_NAMES)
     class_weights: Union[str, List[float], None] = _field(None)  # null | auto | [w0, w1, ...]
     dice_include_background: bool = _field(True)
@@ -245,16 +250,84 @@ def _build_section(section: str, values: Any, cls=None):
         if dataclasses.is_dataclass(hints[key]):
             kwargs[key] = _build_section(full_key, value, hints[key])
             continue
+        if value == AUTO and known[key].metadata.get("auto"):
+            kwargs[key] = AUTO
+            continue
         coerced = _coerce(full_key, value, hints[key])
         _check_rules(full_key, coerced, dict(known[key].metadata))
         kwargs[key] = coerced
     return cls(**kwargs)
 
 
+def auto_keys(cfg: Config) -> List[str]:
+    """The keys still set to `auto` (section.key), in declaration order; `planning.plan_config` resolves them."""
+    return [f"{name}.{item.name}" for name in _SECTION_CLASSES for item in dataclasses.fields(getattr(cfg, name))
+            if item.metadata.get("auto") and getattr(getattr(cfg, name), item.name) == AUTO]
+
+
+# (key, when its setting does nothing, why): a key that differs from its default while the condition holds is
+# refused. Keys of the other model type (the bottleneck's) or data kind (the toy generator's) are not listed: one file
+# switches between them with a single --set.
+INERT_RULES = (
+    ("data.foreground_fraction", lambda c: c.data.resize_mode == "resize",
+     "resize mode shows the whole image, so no window is placed (use data.resize_mode: pad or random_crop)"),
+    ("data.mean", lambda c: c.data.normalize == "per_image", "per_image normalisation uses each image's own mean"),
+    ("data.std", lambda c: c.data.normalize == "per_image", "per_image normalisation uses each image's own std"),
+    ("data.clip_low", lambda c: c.data.normalize != "percentile", "only data.normalize: percentile clips"),
+    ("data.clip_high", lambda c: c.data.normalize != "percentile", "only data.normalize: percentile clips"),
+    ("data.palette", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
+    ("data.ignore_index", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
+    ("data.folds", lambda c: c.data.kind == "toy", "folds split a folder data set's train + val images"),
+    ("data.augment.scale_range", lambda c: c.data.augment.scale_prob == 0, "data.augment.scale_prob is 0"),
+    ("data.augment.rotate_degrees", lambda c: c.data.augment.rotate_prob == 0, "data.augment.rotate_prob is 0"),
+    ("data.augment.brightness_range", lambda c: c.data.augment.brightness_prob == 0,
+     "data.augment.brightness_prob is 0"),
+    ("data.augment.contrast_range", lambda c: c.data.augment.contrast_prob == 0, "data.augment.contrast_prob is 0"),
+    ("data.augment.gamma_range", lambda c: c.data.augment.gamma_prob == 0, "data.augment.gamma_prob is 0"),
+    ("data.augment.noise_std", lambda c: c.data.augment.noise_prob == 0, "data.augment.noise_prob is 0"),
+    ("data.augment.blur_sigma", lambda c: c.data.augment.blur_prob == 0, "data.augment.blur_prob is 0"),
+    ("train.ema_decay", lambda c: not c.train.ema, "train.ema is false"),
+    ("train.compile_backend", lambda c: not c.train.compile, "train.compile is false"),
+    ("train.dice_include_background", lambda c: c.train.loss in ("ce", "bce"), "train.loss has no Dice term"),
+)
+
+
+def _default_of(dotted: str):
+    """The dataclass default of a key such as `data.augment.noise_std`."""
+    *path, name = dotted.split(".")
+    cls = _SECTION_CLASSES[path[0]]
+    for group in path[1:]:
+        cls = typing.get_type_hints(cls)[group]
+    item = next(item for item in dataclasses.fields(cls) if item.name == name)
+    return item.default_factory() if item.default is dataclasses.MISSING else item.default
+
+
+def _value_of(cfg: Config, dotted: str):
+    value = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _check_inert(cfg: Config) -> None:
+    """Refuse a key set away from its default where it would do nothing (`INERT_RULES`)."""
+    for key, does_nothing, reason in INERT_RULES:
+        value = _value_of(cfg, key)
+        if value != AUTO and value != _default_of(key) and does_nothing(cfg):
+            raise ConfigError(f"config key '{key}' is set to {value!r} but does nothing here: {reason}; remove it")
+
+
 def _check_cross_fields(cfg: Config) -> None:
     data, model, train = cfg.data, cfg.model, cfg.train
     if data.kind == "folder" and not data.root:
         raise ConfigError("config key 'data.root' must name a folder when data.kind is folder")
+    _check_folds(data)
+    unresolved = auto_keys(cfg)
+    if unresolved and data.kind != "folder":
+        raise ConfigError(f"config key '{unresolved[0]}' is auto, which is planned from a folder data set "
+                          f"(data.kind: folder); give the toy set a value")
+    if unresolved:  # the rest is checked once planning has set every value
+        return
     factor = 2 ** model.depth
     if data.image_size % factor:
         raise ConfigError(
@@ -305,6 +378,15 @@ def _check_cross_fields(cfg: Config) -> None:
                 raise ConfigError(f"config key 'data.palette[{class_id}]' must be [r, g, b] in 0..255, got {colour}")
         if len({tuple(c) for c in data.palette}) != len(data.palette):
             raise ConfigError("config key 'data.palette' lists the same colour twice")
+    _check_inert(cfg)
+
+
+def _check_folds(data: DataConfig) -> None:
+    if (data.fold is None) != (data.folds is None):
+        raise ConfigError("config keys 'data.fold' and 'data.folds' are set together (train.py --fold K --folds N)")
+    if data.fold is not None and data.fold >= data.folds:
+        raise ConfigError(f"config key 'data.fold' must be in 0..{data.folds - 1} (data.folds = {data.folds}), got "
+                          f"{data.fold}")
 
 
 def _check_intensities(data: DataConfig) -> None:

@@ -8,6 +8,7 @@ Folder layout (paired by file stem):
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -21,6 +22,7 @@ from ..errors import DataError
 from ..labels import IGNORE_LABEL
 from .normalization import Normalization
 from .image_io import IMAGE_SUFFIXES, MASK_SUFFIXES, image_size, read_image, read_mask
+from .folds import POOLED_SPLITS, fold_stems, split_file
 from .toy_shapes import ToyShapesDataset
 from .transforms import SegmentationTransform
 
@@ -78,6 +80,12 @@ class FolderDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.pairs)
 
+    def with_pairs(self, pairs: List[Tuple[Path, Path]]) -> "FolderDataset":
+        """The same reader over other (image, mask) pairs: a fold's part of a pool."""
+        subset = copy.copy(self)
+        subset.pairs = pairs
+        return subset
+
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
         image_path, mask_path = self.pairs[index]
         image = read_image(image_path, self.in_channels)
@@ -101,36 +109,39 @@ class FolderDataset(torch.utils.data.Dataset):
 
 
 class SegmentationSplit(torch.utils.data.Dataset):
-    """Applies a SegmentationTransform to a base dataset.
+    """Applies a SegmentationTransform to a base dataset, optionally `repeats` times over.
 
     Training items: (image [C, S, S], mask [S, S]) with S = data.image_size; the augmentation of item i in epoch e
     draws from `np.random.default_rng([seed, AUGMENT_STREAM, e, i])`, so it does not depend on workers or ranks.
+    Item i shows base image i mod len(base): with repeats > 1 a set smaller than a batch still fills one, each copy
+    with windows and flips of its own (images drawn with replacement, as nnU-Net samples patches).
     Evaluation items: (image [C, S, S] resized, or [C, H0, W0] at its own size, normalised; mask [H0, W0] untouched).
     """
 
-    def __init__(self, base, transform: SegmentationTransform, seed: int):
+    def __init__(self, base, transform: SegmentationTransform, seed: int, repeats: int = 1):
         self.base = base
         self.transform = transform
         self.seed = seed
+        self.repeats = repeats
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return len(self.base)
+        return len(self.base) * self.repeats
 
     def __getitem__(self, index: int) -> Tuple[torch.Tensor, torch.Tensor]:
-        image, mask = self.base[index]
+        image, mask = self.base[index % len(self.base)]
         rng = np.random.default_rng([self.seed, AUGMENT_STREAM, self.epoch, index]) if self.transform.train else None
         return self.transform(image, mask, rng)
 
     def size_of(self, index: int) -> Tuple[int, int]:
         """(height, width) of item `index` on disk."""
-        return self.base.size_of(index)
+        return self.base.size_of(index % len(self.base))
 
     def name(self, index: int) -> str:
-        return self.base.name(index)
+        return self.base.name(index % len(self.base))
 
 
 def eval_collate(items) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -176,20 +187,50 @@ def class_pixel_counts(base, num_classes: int, num_workers: int = 0, show_progre
 
 
 def base_dataset(cfg: Config, split: str, root: Optional[str] = None):
-    """The untransformed dataset of one split: toy shapes, or the folder at `root` (default data.root)."""
+    """The untransformed dataset of one split: toy shapes, or the folder at `root` (default data.root); with
+    `data.folds` (and no other root) the train and val splits are fold `data.fold`'s parts of train + val."""
     data = cfg.data
     if root is None and data.kind == "toy":
         return ToyShapesDataset.from_config(cfg, split)
+    if root is None and data.folds is not None and split in POOLED_SPLITS:
+        return _fold_dataset(cfg, split)
     return FolderDataset(root or data.root, split, data.in_channels, data.num_classes, data.palette, data.ignore_index)
 
 
+def _fold_dataset(cfg: Config, split: str) -> FolderDataset:
+    """Fold data.fold of the pool ROOT/train + ROOT/val (`folds.py`): its validation part for `val`, the rest for
+    `train`."""
+    data = cfg.data
+    pool = pooled_dataset(cfg)
+    stems = [pool.name(index) for index in range(len(pool))]
+    validation = set(fold_stems(split_file(cfg.run.output_dir, data.root, data.folds), stems, data.folds)[data.fold])
+    return pool.with_pairs([pair for pair in pool.pairs if (pair[0].stem in validation) == (split == "val")])
+
+
+def pooled_dataset(cfg: Config) -> FolderDataset:
+    """Every image of ROOT/train and ROOT/val (when it exists), in that order: what folds split, and what their
+    intensity statistics are counted over, so that every fold normalises alike and their models can be ensembled."""
+    data = cfg.data
+    pools = [FolderDataset(data.root, name, data.in_channels, data.num_classes, data.palette, data.ignore_index)
+             for name in POOLED_SPLITS if name == "train" or (Path(data.root) / name).is_dir()]
+    pairs = [pair for pool in pools for pair in pool.pairs]
+    stems = [image.stem for image, _ in pairs]
+    if len(set(stems)) != len(stems):
+        duplicate = next(stem for stem in stems if stems.count(stem) > 1)
+        raise DataError(f"train and val both hold an image with the stem '{duplicate}' in {data.root}: folds pool "
+                        f"them, so stems must be unique across the two")
+    return pools[0].with_pairs(pairs)
+
+
 def build_split(
-    cfg: Config, split: str, train: bool, root: Optional[str] = None, resize_for_eval: bool = True
+    cfg: Config, split: str, train: bool, root: Optional[str] = None, resize_for_eval: bool = True,
+    repeats: int = 1,
 ) -> SegmentationSplit:
-    """A split with its transform; `resize_for_eval=False` keeps evaluation images at their own size (windows)."""
+    """A split with its transform; `resize_for_eval=False` keeps evaluation images at their own size (windows);
+    `repeats` copies of a training split (SegmentationSplit)."""
     data = cfg.data
     transform = SegmentationTransform(
         data.image_size, Normalization.from_config(data), train, data.resize_mode, data.hflip, data.vflip, data.rot90,
         resize_for_eval, data.foreground_fraction,
     )
-    return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed)
+    return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed, repeats)

@@ -196,18 +196,22 @@ def convert_channels(image: torch.Tensor, channels: int, has_alpha: bool = False
                     f"converted")
 
 
-def read_image(path: str | Path, channels: int) -> torch.Tensor:
-    """Image file (see the module docstring) -> [channels, H, W] float32 with its values kept."""
+def read_stored_image(path: str | Path) -> tuple:
+    """Image file -> ([H, W, C] samples as stored, in their own dtype; has_alpha)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"file not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        array, has_alpha = _npy_array(path), False
-    elif _reads_with_tifffile(path):
-        array, has_alpha = _tiff_array(path)
-    else:
-        array, has_alpha = _pillow_array(path)
+    if path.suffix.lower() == ".npy":
+        return _npy_array(path), False
+    if _reads_with_tifffile(path):
+        return _tiff_array(path)
+    return _pillow_array(path)
+
+
+def read_image(path: str | Path, channels: int) -> torch.Tensor:
+    """Image file (see the module docstring) -> [channels, H, W] float32 with its values kept."""
+    path = Path(path)
+    array, has_alpha = read_stored_image(path)
     image = torch.from_numpy(np.ascontiguousarray(to_float32(array, path))).permute(2, 0, 1)  # [C_in, H, W]
     return convert_channels(image, channels, has_alpha, path)
 
@@ -258,6 +262,13 @@ def sixteen_bit_mask(path: Path) -> Optional[np.ndarray]:
     return read_png16_colour(path)[..., 0].astype(np.int64)
 
 
+def mask_ids(path: str | Path, palette: Optional[Sequence[Sequence[int]]] = None) -> np.ndarray:
+    """The ids a mask file holds, [H, W] int64, unchecked (`read_mask` checks them against the classes)."""
+    path = Path(path)
+    ids = sixteen_bit_mask(path)  # [H, W] or None
+    return _mask_ids(open_image(path), path, palette) if ids is None else ids
+
+
 def read_mask(
     path: str | Path,
     num_classes: int,
@@ -269,9 +280,7 @@ def read_mask(
     Any other value outside 0..num_classes-1 is a DataError naming the file, the value and its first pixel.
     """
     path = Path(path)
-    ids = sixteen_bit_mask(path)  # [H, W] or None
-    if ids is None:
-        ids = _mask_ids(open_image(path), path, palette)  # [H, W]
+    ids = mask_ids(path, palette)  # [H, W]
     ignored = ids == ignore_index if ignore_index is not None else np.zeros(ids.shape, dtype=bool)
     invalid = ((ids < 0) | (ids >= num_classes)) & ~ignored
     if invalid.any():

@@ -14,8 +14,9 @@ sample's augmentation is a pure function of that generator.
   covers a window (`cover_size`), then a random S x S window is cut. Evaluation scales the same way, runs sliding
   windows, and resizes the logits back.
 With `foreground_fraction` f > 0 (pad and random_crop), a share f of training windows is centred on a foreground
-pixel (class id > 0) drawn uniformly from the mask (the window shifted to stay inside the image), as nnU-Net's
-oversampling; the rest, and windows of masks without foreground, are placed uniformly.
+pixel (the window shifted to stay inside the image), as nnU-Net's oversampling: a class is drawn uniformly among the
+object classes present in the mask, then a pixel of that class, so a rare class is centred as often as a common one;
+the rest, and windows of masks without foreground, are placed uniformly.
 """
 
 from __future__ import annotations
@@ -99,12 +100,15 @@ def window_origin(
     mask: torch.Tensor, size: int, rng: np.random.Generator, foreground_fraction: float = 0.0
 ) -> Tuple[int, int]:
     """(top, left) of a size x size window in mask [H, W] (H, W >= size): with probability `foreground_fraction`
-    centred on a random foreground pixel (id > 0) and shifted inside the mask, else uniform."""
+    centred on a pixel of an object class drawn among those present (then a pixel of it) and shifted inside the
+    mask, else uniform."""
     height, width = mask.shape
     if foreground_fraction > 0 and rng.random() < foreground_fraction:
-        foreground = torch.nonzero(mask.reshape(-1) > 0)[:, 0]  # [F] flat indices; IGNORE_LABEL (-1) is not > 0
-        if len(foreground):
-            row, col = divmod(int(foreground[int(rng.integers(len(foreground)))]), width)
+        present = torch.unique(mask[mask > 0])  # [P] object classes in the mask; IGNORE_LABEL (-1) is not > 0
+        if len(present):
+            chosen = present[int(rng.integers(len(present)))]
+            pixels = torch.nonzero(mask.reshape(-1) == chosen)[:, 0]  # [F] flat indices of that class
+            row, col = divmod(int(pixels[int(rng.integers(len(pixels)))]), width)
             top = min(max(row - size // 2, 0), height - size)
             left = min(max(col - size // 2, 0), width - size)
             return top, left

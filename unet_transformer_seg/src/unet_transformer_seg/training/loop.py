@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
@@ -36,14 +36,15 @@ from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoin
 from ..checks import install_nonfinite_hooks
 from ..config import Config, config_to_dict, save_config
 from ..data.augment import BatchAugment, augment_generator
-from ..data.datasets import base_dataset, build_split, class_pixel_counts
+from ..data.datasets import base_dataset, build_split, class_pixel_counts, pooled_dataset
 from ..data.image_io import display_image
 from ..choices import COUNTED_NORMALIZE_MODES
 from ..data.normalization import count_statistics, describe
-from ..errors import CheckpointError, ConfigError, DataError, NonFiniteError
+from ..errors import CheckpointError, ConfigError, NonFiniteError
 from ..inference import Segmenter
 from ..losses import auto_class_weights, build_loss
 from ..models import build_model
+from ..planning import plan_config
 from ..runtime import apply_num_threads, resolve_device, seed_everything, show_progress_bars
 from .distributed import (
     DistInfo, all_reduce_sum, average_float_buffers, barrier, broadcast_object, gather_objects, init_distributed,
@@ -114,8 +115,10 @@ class StopSignal:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, resume_state: Optional[Dict] = None, resume_path: Optional[Path] = None):
+    def __init__(self, cfg: Config, resume_state: Optional[Dict] = None, resume_path: Optional[Path] = None,
+                 on_run_dir: Optional[Callable[[Path], None]] = None):
         self.cfg = cfg
+        self.on_run_dir = on_run_dir
         self.device = resolve_device(cfg.run.device)
         self.dist = init_distributed(self.device.type)
         if self.device.type == "cuda":
@@ -136,6 +139,7 @@ class Trainer:
         return Path(broadcast_object(str(path) if path else None, self.dist))
 
     def _build(self) -> None:
+        self.cfg, self.plan_table = plan_config(self.cfg, show_progress=self.dist.is_main and show_progress_bars())
         cfg = self.cfg
         apply_num_threads(cfg.run.num_threads)
         self._check_resume_world_size()
@@ -144,13 +148,11 @@ class Trainer:
         self.train_set = build_split(cfg, "train", train=True)
         self.val_set = evaluation_split(cfg, "val")
         world = self.dist.world_size
+        images_per_step = cfg.train.batch_size * cfg.train.accumulate_steps * world
+        self.train_images = len(self.train_set)
+        self.train_set.repeats = math.ceil(images_per_step / self.train_images)  # a set smaller than a step repeats
         self.micro_per_epoch = (len(self.train_set) // world) // cfg.train.batch_size
         self.steps_per_epoch = self.micro_per_epoch // cfg.train.accumulate_steps
-        if self.steps_per_epoch == 0:
-            raise DataError(
-                f"training set of {len(self.train_set)} images is too small for one step of train.batch_size "
-                f"{cfg.train.batch_size} x train.accumulate_steps {cfg.train.accumulate_steps} x {world} process(es)"
-            )
         self.total_steps, self.num_epochs, self.budget_note = training_budget(
             cfg.train.epochs, cfg.train.max_steps, self.steps_per_epoch)
         self.model = self._build_model()
@@ -181,6 +183,11 @@ class Trainer:
         self.best_score = -math.inf
         self.epoch_loss = [0.0, 0]
         self.last_plot = time.perf_counter()
+
+    def _train_set_note(self) -> str:
+        """'N train' or, for a set smaller than one step, 'N train images drawn R times per epoch'."""
+        repeats = self.train_set.repeats
+        return f"{self.train_images} train" + (f" images drawn {repeats} times per epoch" if repeats > 1 else "")
 
     @property
     def eval_model(self) -> torch.nn.Module:
@@ -219,14 +226,16 @@ class Trainer:
     def _count_intensity_statistics(self) -> Optional[Dict[str, List[float]]]:
         """data.normalize dataset | percentile in a new run: the training split's statistics, counted once (rank 0
         reads the images, the others receive the result) and written into cfg.data, so config.yaml and checkpoints
-        hold them. A resumed run keeps those of its checkpoint's config."""
+        hold them. With folds they are counted over train + val, so every fold normalises alike (nnU-Net counts them
+        over all training cases too). A resumed run keeps those of its checkpoint's config."""
         data = self.cfg.data
         if data.normalize not in COUNTED_NORMALIZE_MODES or self.resume_state is not None:
             return None
         counted = None
         if self.dist.is_main:
-            counted = count_statistics(base_dataset(self.cfg, "train"), data.normalize, self.cfg.run.seed,
-                                       self.cfg.train.num_workers, show_progress_bars())
+            images = pooled_dataset(self.cfg) if data.folds is not None else base_dataset(self.cfg, "train")
+            counted = count_statistics(images, data.normalize, self.cfg.run.seed, self.cfg.train.num_workers,
+                                       show_progress_bars())
         statistics = broadcast_object(counted, self.dist)
         for key, values in statistics.items():
             setattr(data, key, values)
@@ -457,15 +466,19 @@ class Trainer:
         plot_augmentation_preview(shown, masks, self.run_dir / "plots" / "augmentation.png", self.cfg.data.num_classes)
 
     def run(self) -> TrainResult:
-        cfg = self.cfg
         try:
             self._build()  # config, data and model problems surface before a run folder is created
+            cfg = self.cfg  # with the values planned from the data
             self.run_dir = self._run_dir()
             self.run_id = self.run_dir.name
+            if self.on_run_dir is not None and self.dist.is_main:
+                self.on_run_dir(self.run_dir)
             self.logger = setup_logger(self.run_dir / "train.log" if self.dist.is_main else None,
                                        enabled=self.dist.is_main)
             if self.dist.is_main:
                 save_config(cfg, self.run_dir / "config.yaml")
+            if self.plan_table:
+                self.logger.info(f"auto values planned from the data:\n{self.plan_table}")
             if self.resume_state is not None:
                 self._load_resume_state()
                 self.logger.info(f"resumed from {self.resume_path} at epoch {self.epoch + 1}, "
@@ -474,17 +487,18 @@ class Trainer:
                 params = sum(p.numel() for p in self.model.parameters())
                 self.logger.info(
                     f"run {self.run_id}: {cfg.model.type} with {params} parameters on {self.device}, "
-                    f"{len(self.train_set)} train / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
+                    f"{self._train_set_note()} / {len(self.val_set)} val images, {self.steps_per_epoch} steps per "
                     f"epoch, {self.total_steps} steps, {self.dist.world_size} process(es)"
                 )
                 self.logger.info(self.budget_note)
                 self._plot_augmentation()
             if self.intensity_statistics is not None:
-                self.logger.info(f"intensity statistics of the {len(self.train_set)} training images "
-                                 f"({cfg.data.normalize}): {describe(self.intensity_statistics)}")
+                counted_over = "train + val images (folds)" if cfg.data.folds else f"{self.train_images} training images"
+                self.logger.info(f"intensity statistics of the {counted_over} ({cfg.data.normalize}): "
+                                 f"{describe(self.intensity_statistics)}")
             if self.class_weights is not None:
                 source = "given" if self.class_pixel_counts is None else (
-                    f"auto: 1/sqrt(pixel frequency) over {len(self.train_set)} training masks, pixel counts "
+                    f"auto: 1/sqrt(pixel frequency) over {self.train_images} training masks, pixel counts "
                     f"{self.class_pixel_counts}")
                 weights = ", ".join(f"{weight:.4f}" for weight in self.class_weights)
                 self.logger.info(f"class weights [{weights}] ({source})")
@@ -518,5 +532,8 @@ class Trainer:
             shutdown_distributed(self.dist)
 
 
-def train(cfg: Config, resume_state: Optional[Dict] = None, resume_path: Optional[Path] = None) -> TrainResult:
-    return Trainer(cfg, resume_state, resume_path).run()
+def train(cfg: Config, resume_state: Optional[Dict] = None, resume_path: Optional[Path] = None,
+          on_run_dir: Optional[Callable[[Path], None]] = None) -> TrainResult:
+    """Train as `cfg` says (resuming from `resume_state` read from `resume_path`); `on_run_dir(path)` is called once
+    the run folder exists (before the first step)."""
+    return Trainer(cfg, resume_state, resume_path, on_run_dir).run()
