@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -146,6 +147,88 @@ def test_per_image_dice_hand_computed():
     assert (row_a["stem"], row_a["height"], row_a["width"]) == ("a", 1, 4)
     assert row_a["dice_1"] == 1.0 and row_a["dice_2"] == 0.0 and row_b["pixel_accuracy"] == 0.5
     assert math.isnan(row_b["dice_2"]) and math.isnan(row_b["hd95_2"])
+
+
+def dice_iou_reference(pred: np.ndarray, target: np.ndarray, num_classes: int):
+    """Per class from one-hot sets, ignored pixels removed first: Dice 2|A n B| / (|A| + |B|), IoU |A n B| / |A u B|,
+    NaN for a class in neither. Arrays of any equal shape; the sets are over all their pixels."""
+    valid = target != IGNORE_LABEL
+    pred, target = pred[valid], target[valid]
+    dice, iou = np.full(num_classes, np.nan), np.full(num_classes, np.nan)
+    for class_id in range(num_classes):
+        truth, guess = target == class_id, pred == class_id
+        both, sizes = np.sum(truth & guess), np.sum(truth) + np.sum(guess)
+        if sizes:
+            dice[class_id] = 2 * both / sizes
+            iou[class_id] = both / np.sum(truth | guess)
+    return dice, iou
+
+
+def random_labels(rng: np.random.Generator, batch=4, height=9, width=7):
+    """pred, target [B, H, W]: each image draws from a few of the classes 0..4 (5 never occurs, 4 now and then), and
+    a fifth of the targets are ignored."""
+    def draw():
+        classes = rng.choice(5, size=rng.integers(1, 4), replace=False)
+        return rng.choice(classes, size=(height, width))
+    target = np.stack([draw() for _ in range(batch)])
+    target[rng.random(target.shape) < 0.2] = IGNORE_LABEL
+    pred = np.stack([draw() for _ in range(batch)])
+    pred[0] = np.where(target[0] == IGNORE_LABEL, pred[0], target[0])  # one perfect image
+    return pred, target
+
+
+def _as_list(values: np.ndarray):
+    return [None if math.isnan(v) else pytest.approx(v) for v in values]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pooled_and_per_image_dice_and_iou_match_a_one_hot_reference(seed):
+    num_classes = 6
+    pred, target = random_labels(np.random.default_rng(seed))
+    scores = SegmentationScores(num_classes, keep_rows=True)
+    scores.update(torch.as_tensor(pred), torch.as_tensor(target), [f"image{i}" for i in range(len(pred))])
+    result = scores.compute()
+    # pooled: the sets over every pixel of the batch
+    dice, iou = dice_iou_reference(pred, target, num_classes)
+    assert np.isnan(dice[5]) and np.isnan(iou[5])  # a class absent from both sides: no score
+    assert result["per_class_dice"] == _as_list(dice) and result["per_class_iou"] == _as_list(iou)
+    assert result["mean_dice"] == pytest.approx(np.nanmean(dice[1:]))
+    assert result["mean_iou"] == pytest.approx(np.nanmean(iou[1:]))
+    valid = target != IGNORE_LABEL
+    assert result["pixel_accuracy"] == pytest.approx(np.mean(pred[valid] == target[valid]))
+    # per image: the mean over the foreground classes defined in that image, then over the images defining one
+    image_means = {"dice": [], "iou": []}
+    for image, row in enumerate(scores.rows):
+        image_dice, image_iou = dice_iou_reference(pred[image], target[image], num_classes)
+        for class_id in range(num_classes):
+            for name, values in (("dice", image_dice), ("iou", image_iou)):
+                if np.isnan(values[class_id]):
+                    assert math.isnan(row[f"{name}_{class_id}"]), (image, name, class_id)
+                else:
+                    assert row[f"{name}_{class_id}"] == pytest.approx(values[class_id]), (image, name, class_id)
+        for name, values in (("dice", image_dice), ("iou", image_iou)):
+            if not np.isnan(values[1:]).all():
+                image_means[name].append(np.nanmean(values[1:]))
+    perfect = [scores.rows[0][f"dice_{class_id}"] for class_id in range(num_classes)]
+    assert [value for value in perfect if not math.isnan(value)] == [1.0] * (num_classes - sum(map(math.isnan, perfect)))
+    assert result["mean_dice_per_image"] == pytest.approx(np.mean(image_means["dice"]))
+    assert result["mean_iou_per_image"] == pytest.approx(np.mean(image_means["iou"]))
+
+
+def test_classes_absent_from_both_sides_are_left_out_of_the_means():
+    # only background and class 2 occur; classes 1 and 3 are absent from truth and prediction alike
+    target = torch.tensor([[[0, 0, 2, 2]]])
+    pred = torch.tensor([[[0, 2, 2, 2]]])
+    scores = SegmentationScores(4, keep_rows=True)
+    scores.update(pred, target)
+    result = scores.compute()
+    assert result["per_class_dice"] == [pytest.approx(2 / 3), None, pytest.approx(0.8), None]
+    assert result["mean_dice"] == pytest.approx(0.8)  # not (0 + 0.8 + 0) / 3, nor (1 + 0.8 + 1) / 3
+    assert result["mean_dice_per_image"] == pytest.approx(0.8)
+    assert math.isnan(scores.rows[0]["dice_1"]) and math.isnan(scores.rows[0]["iou_3"])
+    # an image where no foreground class occurs at all defines no per-image score and leaves the mean alone
+    scores.update(torch.zeros(1, 1, 4, dtype=torch.long), torch.zeros(1, 1, 4, dtype=torch.long))
+    assert scores.compute()["mean_dice_per_image"] == pytest.approx(0.8)
 
 
 def test_metrics_do_not_depend_on_batch_size():
