@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -184,3 +185,18 @@ def loop_fsmn_memory(x: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor) 
                 if 0 <= m < length and mask[b, m]:
                     out[b, n] += weight[:, j] * x[b, m]
     return out
+
+
+def exhaustive_ar_search(next_log_probs, max_length: int, eos_id: int, tokens: list[int],
+                         length_penalty: float) -> list[tuple[float, list[int]]]:
+    """Every hypothesis of an autoregressive model scored as its beam search scores it, best first: each sequence of
+    0 .. ``max_length`` of ``tokens`` (the ids it may emit, eos apart), then eos; score = (sum of the
+    ``next_log_probs(prefix) -> [V]`` of its tokens and of the eos) / (n + 1) ** ``length_penalty``, n its tokens.
+    -> [(score, tokens)], the first best kept first among equal scores (shorter first, then in ``tokens`` order)."""
+    scored = []
+    for length in range(max_length + 1):
+        for sequence in itertools.product(tokens, repeat=length):
+            total = sum(float(next_log_probs(list(sequence[:k]))[token]) for k, token in enumerate(sequence))
+            total += float(next_log_probs(list(sequence))[eos_id])
+            scored.append((total / (length + 1) ** length_penalty, list(sequence)))
+    return sorted(scored, key=lambda pair: -pair[0])

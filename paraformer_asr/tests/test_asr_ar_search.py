@@ -2,6 +2,7 @@
 eos / max-length handling, length normalisation and n-gram LM shallow fusion."""
 
 import math
+import zlib
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from paraformer_asr.decode.ngram_lm import TokenNgramLM
 from paraformer_asr.models.factory import build_model
 
 from asr_helpers import overfit, tiny_raw_config
-from asr_reference import loop_ctc_log_likelihood
+from asr_reference import exhaustive_ar_search, loop_ctc_log_likelihood
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 4, 5  # scripted vocabulary of 6 ids (3 = unk)
 
@@ -72,7 +73,8 @@ def test_greedy_equals_beam_search_with_beam_size_one(ar_model_and_batch):
     model, batch = ar_model_and_batch
     tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
     assert len(set(lengths.tolist())) > 1  # the case covers hypotheses of different lengths
-    beams, scores, beam_lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=1)
+    beams, scores, beam_lengths = model.beam_search(batch.features, batch.feat_mask, beam_size=1,
+                                                    length_penalty=0.0)  # greedy's first eos: nothing longer beats it
     assert beams.shape == (5, 1, tokens.shape[1]) and scores.shape == (5, 1)
     assert torch.equal(beams[:, 0], tokens) and torch.equal(beam_lengths[:, 0], lengths)
 
@@ -133,6 +135,28 @@ class ScriptedModel:
 def scripted_inputs(frames):
     encoder_out = torch.zeros(len(frames), max(frames), 4)
     return encoder_out, lengths_to_mask(torch.tensor(frames), max(frames))
+
+
+class PrefixScriptedModel:
+    """Next-token log-probs that depend on the utterance (encoder_out[b, 0, 0]) and the whole prefix: a fixed random
+    softmax over eos, unk, a and b per (utterance, prefix), drawn from a generator seeded by both, so that every
+    search reads the same table whatever order it asks in; pad and bos -inf."""
+
+    bos_id, eos_id, pad_id, never_emitted = BOS, EOS, PAD, [PAD, BOS]
+
+    def __init__(self, seed: int, sharpness: float = 1.5):
+        self.seed, self.sharpness = seed, sharpness
+
+    def next_log_probs(self, utterance: int, prefix: list[int]) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(zlib.crc32(repr((self.seed, utterance, prefix)).encode()))
+        logits = torch.full((6,), float("-inf"))
+        logits[[EOS, 3, A, B]] = torch.randn(4, generator=generator) * self.sharpness
+        return logits.log_softmax(dim=0)
+
+    def decode_step(self, encoder_out, prev_tokens, step, cache, enc_mask):
+        rows = [self.next_log_probs(int(encoder_out[row, 0, 0]), prev_tokens[row, 1:].tolist())
+                for row in range(prev_tokens.shape[0])]
+        return torch.stack(rows), ScriptedCache(step + 1)
 
 
 def test_max_length_comes_from_the_encoder_length():
@@ -226,3 +250,59 @@ def test_the_ctc_head_ranks_the_beams_again_by_the_documented_formula():
         ar_model = build_model(config_from_dict({**tiny_raw_config(), "model": {"type": "transformer_ar"}}),
                                data.input_dim, data.tokenizer).eval()
         ar_model.beam_search(batch.features, batch.feat_mask, 2, ctc_score_weight=0.5)
+
+
+def test_a_longer_hypothesis_that_wins_under_length_normalisation_is_found():
+    """The search went on after the best extension is an eos: [a] ends first (-0.602 per step), but [a, a] scores
+    better once divided by its length (-0.436), as exhaustive search finds."""
+    model = ScriptedModel([[0, 0, 0.05, 0, 0.9, 0.05], [0, 0, 1 / 3, 1 / 6, 0.32, 0.18], [0, 0, 0.94, 0, 0.03, 0.03]])
+    encoder_out, enc_mask = scripted_inputs([2])  # at most 2 tokens: 3 steps, the last one eos
+    brute = exhaustive_ar_search(lambda prefix: model.table[len(prefix)], 2, EOS, [3, A, B], 1.0)
+    assert brute[0][1] == [A, A] and brute[0][0] == pytest.approx(-0.436, abs=1e-3)
+    assert dict((tuple(t), s) for s, t in brute)[(A,)] == pytest.approx(-0.602, abs=1e-3)
+    tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size=4)
+    assert tokens[0, 0, :lengths[0, 0]].tolist() == [A, A]
+    assert float(scores[0, 0]) == pytest.approx(brute[0][0], abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("length_penalty", [0.0, 0.5, 1.0, 2.0])
+def test_a_beam_wide_enough_finds_what_exhaustive_search_finds(seed, length_penalty):
+    """Random prefix tables, two utterances of different max lengths (3 and 2 tokens), a beam of 4 ** 3 (4 ids to
+    emit, eos included, over 3 steps: every prefix and every eos extension is kept): the best hypothesis and its
+    score are exhaustive search's, and every beam returned is a real hypothesis with the score exhaustive search
+    gives it, best first, none twice. A narrow beam's are scored right too."""
+    model = PrefixScriptedModel(seed)
+    frames = [3, 2]
+    encoder_out, enc_mask = scripted_inputs(frames)
+    encoder_out[:, :, 0] = torch.arange(len(frames)).unsqueeze(1)  # the utterance the model reads
+    for beam_size in (64, 2):
+        tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size,
+                                                 length_penalty=length_penalty)
+        for b, max_length in enumerate(frames):
+            brute = exhaustive_ar_search(lambda prefix: model.next_log_probs(b, prefix), max_length, EOS, [3, A, B],
+                                         length_penalty)
+            if beam_size == 64:
+                assert tokens[b, 0, :lengths[b, 0]].tolist() == brute[0][1]
+                assert float(scores[b, 0]) == pytest.approx(brute[0][0], abs=1e-5)
+            by_tokens = {tuple(hypothesis): score for score, hypothesis in brute}
+            found = [tuple(tokens[b, k, :lengths[b, k]].tolist()) for k in range(beam_size)
+                     if math.isfinite(float(scores[b, k]))]
+            assert len(found) == len(set(found)) >= 1 and scores[b].tolist() == sorted(scores[b].tolist(), reverse=True)
+            assert scores[b, :len(found)].tolist() == pytest.approx([by_tokens[found_tokens] for found_tokens in found],
+                                                                   abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_one_is_greedy_without_a_length_penalty_and_never_scores_below_it_with_one(seed):
+    model = PrefixScriptedModel(seed)
+    encoder_out, enc_mask = scripted_inputs([4])
+    greedy, greedy_lengths = ar_greedy_search(model, encoder_out, enc_mask)
+    hypothesis = greedy[0, :greedy_lengths[0]].tolist()
+    greedy_sum = sum(float(model.next_log_probs(0, hypothesis[:k])[token])
+                     for k, token in enumerate(hypothesis + [EOS]))
+    tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, beam_size=1, length_penalty=0.0)
+    assert tokens[0, 0, :lengths[0, 0]].tolist() == hypothesis
+    assert float(scores[0, 0]) == pytest.approx(greedy_sum, abs=1e-5)
+    _, scores, _ = ar_beam_search(model, encoder_out, enc_mask, beam_size=1, length_penalty=1.0)
+    assert float(scores[0, 0]) >= greedy_sum / (len(hypothesis) + 1) - 1e-6

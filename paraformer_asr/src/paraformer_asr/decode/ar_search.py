@@ -12,7 +12,8 @@ Search rules shared by both searches:
 * shallow fusion (optional): next-token score = model log-prob + ``lm_weight`` * LM log-prob, the LM
   (e.g. :class:`paraformer_asr.decode.ngram_lm.TokenNgramLM`) being anything with
   ``log_probs(histories [N, t] long) -> [N, V]``; histories are the emitted tokens without bos.
-* beam scores are normalised by length: sum of scores (eos included) / (tokens + 1) ** length_penalty.
+* beam scores are normalised by length: sum of scores (eos included) / (tokens + 1) ** length_penalty; the beam
+  search stops only when no live hypothesis can still beat the best finished one under that normalisation.
 """
 
 from __future__ import annotations
@@ -102,6 +103,17 @@ def _add_finished(pool: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scores:
     return merged_scores, merged_tokens, merged_lengths
 
 
+def best_reachable(live: torch.Tensor, tokens: int, max_lengths: torch.Tensor,
+                   length_penalty: float) -> torch.Tensor:
+    """The best normalised score a live hypothesis can still finish with: live [B, K] summed scores of hypotheses of
+    ``tokens`` tokens, max_lengths [B] -> [B, K]. Every later step score is <= 0 (log-probs, and the LM's with a
+    weight >= 0), so the sum can only fall; it finishes with n tokens, ``tokens`` <= n <= its max length, divided by
+    (n + 1) ** length_penalty: a sum <= 0 is best divided by the largest of those, at one end of the range."""
+    shortest = torch.full_like(max_lengths, tokens + 1, dtype=torch.float64) ** length_penalty  # [B]
+    longest = (max_lengths.double() + 1) ** length_penalty  # [B]
+    return live / torch.maximum(shortest, longest).to(live.dtype).unsqueeze(1)
+
+
 def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, beam_size: int,
                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
                    lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -112,9 +124,14 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
     Per step the 2*beam best extensions of each utterance are ranked (by summed score); an eos
     extension ranked within the first ``beam`` finishes its hypothesis, which goes to a pool of the
     ``beam`` best finished ones (by normalised score); the ``beam`` best non-eos extensions stay live.
-    An utterance stops when its best extension is an eos (every live hypothesis then scores lower;
-    at the max length only eos is left): its live hypotheses are then finished with their eos
-    extensions too. With ``beam_size`` 1 this is exactly greedy search.
+    An utterance stops when no live hypothesis can still beat its best finished one under the normalisation
+    (:func:`best_reachable`: its sum as it is, divided by the largest length term it can reach), or when none is
+    left (at the max length only eos is allowed): its live hypotheses are then finished with their eos extensions
+    too. A longer hypothesis that wins once divided by its length is not cut off by a shorter one that ends first:
+    with a beam wide enough to keep every prefix and every eos extension the best hypothesis is exhaustive
+    search's. With ``beam_size`` 1 and ``length_penalty`` 0 this is exactly greedy search (greedy's first eos ends
+    a hypothesis no longer one can beat); with a length penalty > 0, beam 1 goes on past greedy's eos while a
+    longer hypothesis may still score better.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -143,16 +160,17 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
         top, flat = extended.view(batch, beam * vocab).topk(2 * beam, dim=1)  # [B, 2*beam], best first
         origin, token = torch.div(flat, vocab, rounding_mode="floor"), flat % vocab
         is_eos = token == model.eos_id
-        stopping = is_eos[:, 0] & torch.isfinite(top[:, 0])  # [B] the best extension is an eos
-        ranked_ends = is_eos & (rank < beam) & ~stopping.unsqueeze(1)  # [B, 2*beam]
-        closing = extended[:, :, model.eos_id].masked_fill(~stopping.unsqueeze(1), float("-inf"))  # [B, beam]
-        ending = torch.cat([top.masked_fill(~ranked_ends, float("-inf")), closing], dim=1)  # [B, 3*beam]
-        pool = _add_finished(pool, ending / float(step + 1) ** length_penalty,
-                             torch.cat([origin, beam_index], dim=1), tokens.view(batch, beam, step + 1)[:, :, 1:],
-                             model.pad_id)
+        norm = float(step + 1) ** length_penalty  # every hypothesis finishing now has step tokens
+        ranked_ends = top.masked_fill(~(is_eos & (rank < beam)), float("-inf")) / norm  # [B, 2*beam]
         keep = (rank + is_eos.long() * 2 * beam).argsort(dim=1)[:, :beam]  # the beam best non-eos extensions
-        live = top.gather(1, keep)
-        done = stopping | ~torch.isfinite(live).any(dim=1)  # [B]
+        live = top.gather(1, keep)  # [B, beam] (at most beam of the 2*beam are eos)
+        best_finished = torch.maximum(pool[0][:, 0], ranked_ends.max(dim=1).values)  # [B]
+        can_win = best_reachable(live, step + 1, max_lengths, length_penalty) > best_finished.unsqueeze(1)
+        done = ~(can_win & torch.isfinite(live)).any(dim=1)  # [B]
+        closing = extended[:, :, model.eos_id].masked_fill(~done.unsqueeze(1), float("-inf")) / norm  # [B, beam]
+        ending = torch.cat([ranked_ends.masked_fill(done.unsqueeze(1), float("-inf")), closing], dim=1)  # [B, 3*beam]
+        pool = _add_finished(pool, ending, torch.cat([origin, beam_index], dim=1),
+                             tokens.view(batch, beam, step + 1)[:, :, 1:], model.pad_id)
         if bool(done.all()):
             break
         live = live.masked_fill(done.unsqueeze(1), float("-inf"))
