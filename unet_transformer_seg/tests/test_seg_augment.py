@@ -67,7 +67,7 @@ def test_random_spatial_augmentation_keeps_image_and_mask_aligned():
 
 
 @pytest.mark.parametrize("name", ["brightness", "contrast", "gamma", "noise", "blur"])
-def test_intensity_augmentations_change_the_image_and_leave_the_mask(name):
+def test_intensity_augmentations_leave_the_mask_and_follow_the_generator(name):
     images, masks = block_masks()
     augment = BatchAugment(AugmentConfig(**{f"{name}_prob": 1.0}))
     changed, same_masks = augment(images, masks, np.random.default_rng(2))
@@ -75,6 +75,97 @@ def test_intensity_augmentations_change_the_image_and_leave_the_mask(name):
     assert not torch.allclose(changed, images)
     again, _ = augment(images, masks, np.random.default_rng(2))
     assert torch.equal(again, changed)  # a pure function of the generator
+    other, _ = augment(images, masks, np.random.default_rng(3))
+    assert not torch.equal(other, changed)
+
+
+def intensity(name: str, images: torch.Tensor, seed: int = 4, **settings) -> torch.Tensor:
+    """`images` after the intensity transform `name` alone, applied to every sample."""
+    augment = BatchAugment(AugmentConfig(**{f"{name}_prob": 1.0, **settings}))
+    masks = torch.zeros(images.shape[0], *images.shape[-2:], dtype=torch.int64)
+    return augment(images, masks, np.random.default_rng(seed))[0]
+
+
+def per_image(values: torch.Tensor) -> torch.Tensor:
+    return values.flatten(1)
+
+
+def test_brightness_multiplies_each_image_by_one_factor_in_the_range():
+    images = torch.rand(16, 2, S, S, dtype=torch.float64) + 0.5  # no zeros: every pixel gives the factor
+    out = intensity("brightness", images, brightness_range=[0.6, 1.3])
+    ratios = per_image(out / images)  # [B, pixels]
+    factors = ratios[:, 0]
+    torch.testing.assert_close(ratios, factors[:, None].expand_as(ratios), atol=1e-12, rtol=0)
+    assert ((factors >= 0.6) & (factors <= 1.3)).all()
+    assert factors.max() - factors.min() > 0.2  # one draw per sample, not per batch
+    torch.testing.assert_close(out, factors.view(-1, 1, 1, 1) * images, atol=1e-12, rtol=0)
+
+
+def test_brightness_applies_to_the_share_of_samples_its_probability_gives():
+    images = torch.rand(400, 1, 4, 4) + 0.5
+    augment = BatchAugment(AugmentConfig(brightness_prob=0.3))
+    out, _ = augment(images, torch.zeros(400, 4, 4, dtype=torch.int64), np.random.default_rng(5))
+    touched = (out != images).flatten(1).any(1).double().mean()
+    assert abs(float(touched) - 0.3) < 0.07
+
+
+def test_contrast_scales_deviations_from_each_images_mean_by_one_factor_in_the_range():
+    images = torch.rand(16, 2, S, S, dtype=torch.float64) * torch.arange(1, 17, dtype=torch.float64).view(-1, 1, 1, 1)
+    out = intensity("contrast", images, contrast_range=[0.5, 1.5])
+    means = per_image(images).mean(1)
+    torch.testing.assert_close(per_image(out).mean(1), means, atol=1e-12, rtol=0)  # each image keeps its mean
+    deviations, new_deviations = per_image(images) - means[:, None], per_image(out) - means[:, None]
+    factors = new_deviations.norm(dim=1) / deviations.norm(dim=1)
+    torch.testing.assert_close(new_deviations, factors[:, None] * deviations, atol=1e-10, rtol=0)
+    assert ((factors >= 0.5) & (factors <= 1.5)).all() and factors.max() - factors.min() > 0.3
+
+
+def test_gamma_is_a_power_of_each_image_rescaled_to_0_1_with_its_range_kept():
+    images = torch.rand(16, 2, S, S, dtype=torch.float64) * 4 - 1  # values in [-1, 3]
+    out = intensity("gamma", images, gamma_range=[0.7, 1.5])
+    low, high = per_image(images).min(1).values, per_image(images).max(1).values
+    torch.testing.assert_close(per_image(out).min(1).values, low, atol=1e-12, rtol=0)
+    torch.testing.assert_close(per_image(out).max(1).values, high, atol=1e-12, rtol=0)
+    unit = (per_image(images) - low[:, None]) / (high - low)[:, None]
+    new_unit = (per_image(out) - low[:, None]) / (high - low)[:, None]
+    inner = (unit > 0.05) & (unit < 0.95)  # away from 0 and 1 the exponent is well defined
+    exponents = torch.where(inner, new_unit.log() / unit.log(), torch.nan)
+    gammas = exponents.nanmean(1)
+    torch.testing.assert_close(exponents[inner], gammas[:, None].expand_as(exponents)[inner], atol=1e-9, rtol=0)
+    assert ((gammas >= 0.7) & (gammas <= 1.5)).all() and gammas.max() - gammas.min() > 0.3
+    assert (gammas < 1).any() and (gammas > 1).any()  # both darker and lighter mid-tones
+
+
+def test_noise_is_zero_mean_gaussian_with_a_std_per_image_up_to_noise_std():
+    images = torch.rand(32, 2, S, S, dtype=torch.float64)
+    noise = per_image(intensity("noise", images, noise_std=0.2) - images)  # [B, 2048]
+    stds = noise.std(1)
+    assert (stds <= 0.2 * 1.05).all()  # 2048 pixels: the sample std is within ~3 % of the drawn one
+    assert stds.min() < 0.05 and stds.max() > 0.15  # std drawn uniform in [0, 0.2] per sample
+    assert (noise.mean(1).abs() <= 4 * stds / noise.shape[1] ** 0.5).all()  # zero mean
+    standardised = noise / stds[:, None]
+    assert abs(float((standardised.abs() < 1).double().mean()) - 0.6827) < 0.01  # Gaussian, not uniform
+
+
+def test_blur_keeps_a_constant_image_and_spreads_a_point_into_a_gaussian_in_the_sigma_range():
+    constant = torch.full((8, 2, S, S), 0.7, dtype=torch.float64)
+    torch.testing.assert_close(intensity("blur", constant), constant, atol=1e-12, rtol=0)
+    points = torch.zeros(16, 1, S, S, dtype=torch.float64)
+    points[:, :, S // 2, S // 2] = 1.0
+    out = intensity("blur", points, blur_sigma=[0.5, 1.0])[:, 0]
+    torch.testing.assert_close(out.sum((1, 2)), torch.ones(16, dtype=torch.float64), atol=1e-12, rtol=0)
+    centre = out[:, S // 2, S // 2]
+    sigmas = (-0.5 / (out[:, S // 2, S // 2 + 1] / centre).log()).sqrt()  # k(1) / k(0) = exp(-1 / (2 sigma^2))
+    assert ((sigmas >= 0.5 - 1e-9) & (sigmas <= 1.0 + 1e-9)).all() and sigmas.max() - sigmas.min() > 0.2
+    radius = 3  # ceil(3 * the largest sigma)
+    offsets = torch.arange(-radius, radius + 1, dtype=torch.float64)
+    for image, sigma in zip(out, sigmas):  # the point spread is the outer product of one normalised Gaussian
+        kernel = torch.exp(-0.5 * (offsets / sigma) ** 2)
+        kernel = kernel / kernel.sum()
+        expected = torch.zeros(S, S, dtype=torch.float64)
+        expected[S // 2 - radius : S // 2 + radius + 1, S // 2 - radius : S // 2 + radius + 1] = torch.outer(kernel,
+                                                                                                              kernel)
+        torch.testing.assert_close(image, expected, atol=1e-12, rtol=0)
 
 
 def test_no_augmentation_returns_the_batch_untouched():
@@ -98,7 +189,8 @@ def test_batched_blur_equals_one_convolution_per_image():
 
 
 def test_augment_config_group_and_its_errors():
-    cfg = load_config(None, ["data.augment.rotate_prob=0.5", "data.augment.gamma_range=[0.8, 1.2]"])
+    cfg = load_config(None, ["data.augment.rotate_prob=0.5", "data.augment.gamma_prob=0.3",
+                             "data.augment.gamma_range=[0.8, 1.2]"])
     assert cfg.data.augment.rotate_prob == 0.5 and cfg.data.augment.gamma_range == [0.8, 1.2]
     with pytest.raises(ConfigError, match="data.augment.rotate_prob' must be <= 1"):
         load_config(None, ["data.augment.rotate_prob=2"])
