@@ -1,7 +1,8 @@
 """Segmentation metrics, two conventions side by side.
 
 - Pooled (`mean_dice`, `mean_iou`, `per_class_*`, `pixel_accuracy`): one confusion matrix summed over every pixel of
-  the evaluation set, then Dice/IoU per class. Exact and independent of how images are batched.
+  the evaluation set, then Dice/IoU per class. Exact and independent of how images are batched. The matrix itself is
+  reported as `confusion_matrix`: pixel counts [N, N], rows the true class, columns the predicted one.
 - Per image (`mean_dice_per_image`, `mean_iou_per_image`, `hd95`): Dice, IoU and HD95 of each class in each image;
   an image's score is the mean over its foreground classes that are present (in truth or prediction), and the
   reported number is the mean over images (MONAI's DiceMetric reduction "mean": first over classes, then over
@@ -78,7 +79,8 @@ def _mean_over_foreground(per_class: torch.Tensor):
 
 
 class SegmentationScores:
-    """Pooled confusion counts plus per-image Dice, IoU and HD95 over an evaluation set.
+    """Pooled confusion counts (`confusion` [N, N] int64: rows truth, columns prediction, ignored pixels left out)
+    plus per-image Dice, IoU and HD95 over an evaluation set.
 
     `update(pred [B, H, W], target [B, H, W], names)` per batch of images of one size; `reduce(fn)` applies a
     sum-reduction (e.g. all-reduce over ranks) to every counter; `compute()` gives the summary; `rows` holds one dict
@@ -141,4 +143,5 @@ class SegmentationScores:
             "mean_iou_per_image": float(image_means[1]),
             "hd95": float(image_means[2]),
             "per_class_hd95": _nan_to_none(class_hd95.tolist()),
+            "confusion_matrix": self.confusion.tolist(),
         }
