@@ -1,5 +1,6 @@
 """ONNX export and the onnxruntime backend: label and logit parity with PyTorch (whole image and sliding windows, two
-image sizes, flip TTA), int8, the CLIs with --backend onnx, thread count, and bad export directories."""
+image sizes, flip TTA, an ensemble of graphs), int8, the CLIs with --backend onnx, thread count, and bad export
+directories."""
 
 import builtins
 import json
@@ -18,6 +19,7 @@ from unet_transformer_seg.data.normalization import Normalization
 from unet_transformer_seg.deployment import (
     GRAPH_NAME, SIDECAR_NAME, export_onnx, import_onnx, load_exported_model, load_model_for_inference,
 )
+from unet_transformer_seg.ensemble import EnsembleModel, load_ensemble
 from unet_transformer_seg.errors import CheckpointError, MissingDependencyError, ShapeError
 from unet_transformer_seg.inference import InferenceOptions, Segmenter
 from unet_transformer_seg.labels import logits_to_labels
@@ -80,7 +82,7 @@ def predictions(model, cfg, images, tiled, tta="none"):
     inputs = Normalization.from_config(cfg.data)(images)
     size = tuple(images.shape[-2:])
     if tiled:
-        segmenter = Segmenter(model, cfg, InferenceOptions(tiles=True, tile_batch=4, tta=tta))
+        segmenter = Segmenter(model, cfg, InferenceOptions(tile_batch=4, tta=tta))
         return torch.cat([logits for _, logits in segmenter.native_logits(inputs, size)])
     multiple = 2**cfg.model.depth
     padded = F.pad(inputs, (0, -size[1] % multiple, 0, -size[0] % multiple))
@@ -125,6 +127,18 @@ def test_flip_tta_and_batches_run_over_the_graph_as_over_pytorch(exports, kind):
 
 
 @pytest.mark.slow
+def test_an_ensemble_of_exported_graphs_predicts_as_the_ensemble_of_their_checkpoints(exports):
+    checkpoints = [exports[kind][0] for kind in MODEL_KINDS]
+    torch_ensemble, cfg = load_ensemble(checkpoints, "torch", 1, "cpu")
+    onnx_ensemble, onnx_cfg = load_ensemble([exports[kind][1] for kind in MODEL_KINDS], "onnx", 1)
+    assert isinstance(onnx_ensemble, EnsembleModel) and onnx_cfg.data == cfg.data  # the first member's data
+    images, _ = toy_images((40, 56), count=2)
+    expected = predictions(torch_ensemble, cfg, images, tiled=True, tta="flip")
+    assert torch.allclose(predictions(onnx_ensemble, cfg, images, tiled=True, tta="flip"), expected,
+                          atol=FP32_LOGIT_TOLERANCE)
+
+
+@pytest.mark.slow
 def test_sidecar_describes_the_graph_and_threads_reach_the_session(exports):
     _, fp32_dir, int8_dir = exports["unet_transformer"]
     assert json.loads((fp32_dir / SIDECAR_NAME).read_text())["model_kind"] == "unet_transformer"
@@ -160,13 +174,12 @@ def test_cli_predict_and_eval_with_the_onnx_backend_match_torch(exports, tmp_pat
         paths.append(tmp_path / f"image{index}.png")
         write_png(paths[-1], image_to_uint8(image))
     predicted = run_script_in_process("predict.py", "--backend", "onnx", "--checkpoint", str(tmp_path / "export"),
-                                      *map(str, paths), "--out-dir", str(tmp_path / "onnx"), "--tiles", "--tta",
-                                      "flip")
+                                      *map(str, paths), "--out-dir", str(tmp_path / "onnx"), "--tta", "flip")
     assert predicted.returncode == 0, predicted.stderr
     assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [
         "image0_mask.png", "image0_overlay.png", "image1_mask.png", "image1_overlay.png"]
     torch_model, cfg = load_model_for_inference(checkpoint, "torch", 1)
-    segmenter = Segmenter(torch_model, cfg, InferenceOptions(tiles=True, tta="flip"))
+    segmenter = Segmenter(torch_model, cfg, InferenceOptions(tta="flip"))
     for path in paths:
         expected = segmenter.segment(read_image(path, 3))  # [H, W]
         written = read_mask(tmp_path / "onnx" / f"{path.stem}_mask.png", 4)

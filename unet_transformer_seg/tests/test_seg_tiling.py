@@ -12,7 +12,7 @@ import torch
 
 from unet_transformer_seg.checkpointing import save_checkpoint
 from unet_transformer_seg.config import config_to_dict, load_config
-from unet_transformer_seg.errors import ConfigError, ShapeError
+from unet_transformer_seg.errors import ShapeError
 from unet_transformer_seg.inference import InferenceOptions, Segmenter, flip_tta_logits
 from unet_transformer_seg.labels import logits_to_labels
 from unet_transformer_seg.models import UNet, build_model
@@ -140,12 +140,12 @@ def test_flip_tta_averages_probabilities_over_all_four_mirrors():
     assert torch.allclose(logits.sigmoid(), sum(views) / 4, atol=1e-6)
 
 
-def test_tiles_on_a_resize_trained_model_are_refused():
+def test_the_training_geometry_decides_between_resizing_and_windows():
     cfg = load_config(None, ["data.image_size=16", "model.base_channels=4", "model.depth=2", "model.type=unet"])
-    with pytest.raises(ConfigError, match="trained with data.resize_mode: resize"):
-        Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True))
-    cfg.data.resize_mode = "pad"
-    assert Segmenter(build_model(cfg).eval(), cfg, InferenceOptions(tiles=True)).resizes_input is False
+    model = build_model(cfg).eval()
+    for mode, resizes in (("resize", True), ("pad", False), ("random_crop", False)):
+        cfg.data.resize_mode = mode
+        assert Segmenter(model, cfg).resizes_input is resizes, mode
 
 
 def test_a_resize_trained_model_refuses_images_not_resized_to_its_size():

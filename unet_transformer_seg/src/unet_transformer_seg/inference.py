@@ -14,17 +14,19 @@ Test-time augmentation `tta="flip"` (nnU-Net's mirroring): the model sees the im
 Probabilities, not logits: they share a scale, so one over-confident view cannot outvote the others by logit
 magnitude, and their mean is again a probability (as in model ensembling). The mean is turned back into logits
 (log p, or log(p / (1 - p)) for one sigmoid channel), so that window blending, resizing, argmax and the loss treat
-it like any other logits.
+it like any other logits. An ensemble (`ensemble.EnsembleModel`) averages its members' probabilities the same way,
+so the two compose: the mean over members and mirror images.
 
-`--tiles` with a model trained in `resize` mode is refused: that model only saw whole images squashed to S x S, and
-windows of S x S at native size would show it objects at a scale it never saw.
+`Segmenter.segment` gives labels, `Segmenter.probabilities` per-class probabilities, both at the image's own size.
+`image_paths` expands predict.py's inputs (files, folders, glob patterns) into image files.
 """
 
 from __future__ import annotations
 
+import glob
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -32,10 +34,10 @@ import torch
 from .checks import install_nonfinite_hooks
 from .choices import DEVICES, TTA_MODES
 from .config import Config, config_from_dict
-from .data.image_io import display_image
+from .data.image_io import IMAGE_SUFFIXES, display_image
 from .data.normalization import Normalization
 from .data.transforms import cover_size, resize_image, resize_logits
-from .errors import CheckpointError, ConfigError, ShapeError
+from .errors import CheckpointError, ConfigError, DataError, ShapeError
 from .labels import colour_labels, logits_to_labels
 from .models import build_model
 from .tiling import sliding_window_logits
@@ -45,10 +47,9 @@ from .checkpointing import load_checkpoint, resolve_checkpoint_path
 
 @dataclass(frozen=True)
 class InferenceOptions:
-    """tiles: sliding windows (the default in pad / random_crop mode; refused for resize-trained models);
-    tile_overlap in [0, 1); tile_batch: windows per forward pass (None: train.eval_batch_size); tta: none | flip."""
+    """tile_overlap in [0, 1) and tile_batch (windows per forward pass, None: train.eval_batch_size) for the sliding
+    windows of pad / random_crop models; tta: none | flip; device: auto | cpu | cuda."""
 
-    tiles: bool = False
     tile_overlap: float = 0.25
     tile_batch: Optional[int] = None
     tta: str = "none"
@@ -56,11 +57,9 @@ class InferenceOptions:
 
     @staticmethod
     def add_arguments(parser) -> None:
-        """The command-line flags of eval.py and predict.py: --tiles, --tile-overlap, --tile-batch, --tta, --device."""
-        parser.add_argument("--tiles", action="store_true",
-                            help="sliding windows at native size (automatic in pad / random_crop mode; a model "
-                                 "trained in resize mode refuses them)")
-        parser.add_argument("--tile-overlap", type=float, default=0.25, help="overlap of neighbouring windows, [0, 1)")
+        """The command-line flags of eval.py and predict.py: --tile-overlap, --tile-batch, --tta, --device."""
+        parser.add_argument("--tile-overlap", type=float, default=0.25,
+                            help="overlap of neighbouring windows, [0, 1) (pad / random_crop models)")
         parser.add_argument("--tile-batch", type=int, help="windows per forward pass (default: train.eval_batch_size)")
         parser.add_argument("--tta", default="none", choices=TTA_MODES,
                             help="flip: average over the image and its three mirror images")
@@ -69,7 +68,7 @@ class InferenceOptions:
 
     @classmethod
     def from_arguments(cls, args) -> "InferenceOptions":
-        return cls(args.tiles, args.tile_overlap, args.tile_batch, args.tta, args.device)
+        return cls(args.tile_overlap, args.tile_batch, args.tta, args.device)
 
     def __post_init__(self):
         if not 0.0 <= self.tile_overlap < 1.0:
@@ -80,15 +79,6 @@ class InferenceOptions:
             raise ConfigError(f"--tta must be one of {', '.join(TTA_MODES)}, got {self.tta!r}")
         if self.device not in DEVICES:
             raise ConfigError(f"--device must be one of {', '.join(DEVICES)}, got {self.device!r}")
-
-    def check_model(self, cfg: Config) -> None:
-        """Refuse `tiles` for a model trained on whole images resized to S x S (see the module docstring)."""
-        if self.tiles and sees_resized_images(cfg):
-            raise ConfigError(
-                f"--tiles: this model was trained with data.resize_mode: resize (whole images squashed to "
-                f"{cfg.data.image_size} x {cfg.data.image_size}); windows at native size would show it objects at a "
-                f"scale it never saw. Predict without --tiles (the image is resized as in training), or train with "
-                f"data.resize_mode: pad or random_crop for sliding windows")
 
 
 def sees_resized_images(cfg: Config) -> bool:
@@ -123,6 +113,22 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return torch.device("cpu") if parameter is None else parameter.device
 
 
+def logits_to_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """[B, K, H, W] logits -> probabilities of the same shape: softmax over K (K > 1) or sigmoid (K = 1)."""
+    if logits.shape[1] == 1:
+        return torch.sigmoid(logits)
+    return torch.softmax(logits, dim=1)
+
+
+def class_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """[B, K, H, W] logits -> [B, N, H, W] probabilities of the N classes, summing to 1 over N: the softmax (K = N),
+    or (1 - p, p) for one sigmoid channel p (K = 1, N = 2)."""
+    probabilities = logits_to_probabilities(logits.float())
+    if probabilities.shape[1] == 1:
+        return torch.cat([1 - probabilities, probabilities], dim=1)
+    return probabilities
+
+
 def probabilities_to_logits(probabilities: torch.Tensor) -> torch.Tensor:
     """[B, K, H, W] probabilities -> logits with those probabilities: log p (K > 1) or log(p / (1 - p)) (K = 1)."""
     if probabilities.shape[1] == 1:
@@ -137,19 +143,17 @@ def flip_tta_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tenso
     """images [B, C, H, W] -> logits [B, K, H, W] of the mean probabilities over the four mirror images."""
     batch = images.shape[0]
     views = torch.cat([images.flip(dims) if dims else images for dims in MIRRORS])  # [4B, C, H, W]
-    logits = model(views).float()  # [4B, K, H, W]
-    as_probabilities = torch.sigmoid if logits.shape[1] == 1 else (lambda x: torch.softmax(x, dim=1))
-    probabilities = as_probabilities(logits).split(batch)  # 4 x [B, K, H, W]
+    probabilities = logits_to_probabilities(model(views).float()).split(batch)  # 4 x [B, K, H, W]
     restored = [view.flip(dims) if dims else view for view, dims in zip(probabilities, MIRRORS)]
     return probabilities_to_logits(torch.stack(restored).mean(dim=0))
 
 
 class Segmenter:
-    """Predicts logits at each image's own size with a trained model (eval mode, no gradients): a PyTorch module or
-    an exported graph (`deployment.OnnxModel`), through the same windows, flips and resizing."""
+    """Predicts logits at each image's own size with a trained model (eval mode, no gradients): a PyTorch module, an
+    exported graph (`deployment.OnnxModel`) or an ensemble of either (`ensemble.EnsembleModel`), through the same
+    windows, flips and resizing."""
 
     def __init__(self, model: torch.nn.Module, cfg: Config, options: InferenceOptions = InferenceOptions()):
-        options.check_model(cfg)
         self.model, self.cfg, self.options = model, cfg, options
         self.window = cfg.data.image_size
         self.resizes_input = sees_resized_images(cfg)  # images come resized to S x S (else at their own size)
@@ -192,14 +196,56 @@ class Segmenter:
                                            self.options.tile_overlap, self.tile_batch, self.alignment)
             yield rows, resize_logits(logits, size)
 
-    def segment(self, image: torch.Tensor) -> torch.Tensor:
-        """image [C, H0, W0] as read (not normalised) -> labels [H0, W0] int64 at the same size."""
+    def image_logits(self, image: torch.Tensor) -> torch.Tensor:
+        """image [C, H0, W0] as read (not normalised) -> logits [1, K, H0, W0] float32 at the same size."""
         size = tuple(image.shape[-2:])
         model_input = self.normalization(image)
         if self.resizes_input:
             model_input = resize_image(model_input, (self.window, self.window))
         (_, logits), = self.native_logits(model_input[None], size)
-        return logits_to_labels(logits)[0].cpu()
+        return logits
+
+    def segment(self, image: torch.Tensor) -> torch.Tensor:
+        """image [C, H0, W0] as read (not normalised) -> labels [H0, W0] int64 at the same size."""
+        return logits_to_labels(self.image_logits(image))[0].cpu()
+
+    def probabilities(self, image: torch.Tensor) -> torch.Tensor:
+        """image [C, H0, W0] as read (not normalised) -> class probabilities [N, H0, W0] float32 at the same size,
+        summing to 1 over the N = data.num_classes classes (`class_probabilities`)."""
+        return class_probabilities(self.image_logits(image))[0].cpu()
+
+
+def image_paths(inputs: Sequence[str]) -> List[Path]:
+    """predict.py's inputs -> image files, in order and without repeats: a file as it is; a folder: its files with an
+    image suffix (IMAGE_SUFFIXES), sorted; a glob pattern (`*`, `?`, `[...]`, `**` recursive): its matching files with
+    an image suffix, sorted. An input that yields no image, and two images with one stem (their outputs would
+    collide), are a DataError naming them."""
+    found: Dict[Path, None] = {}
+    for given in inputs:
+        path = Path(given)
+        if path.is_dir():
+            paths = _image_files(sorted(path.iterdir()))
+        elif path.is_file():
+            paths = [path]
+        elif any(char in given for char in "*?["):
+            paths = _image_files(map(Path, sorted(glob.glob(given, recursive=True))))
+        else:
+            raise DataError(f"input not found: {given}")
+        if not paths:
+            raise DataError(f"no image ({', '.join('*' + s for s in IMAGE_SUFFIXES)}) matches the input {given}")
+        found.update(dict.fromkeys(paths))
+    by_stem: Dict[str, Path] = {}
+    for path in found:
+        if path.stem in by_stem:
+            raise DataError(f"{by_stem[path.stem]} and {path} share the stem '{path.stem}': their outputs would "
+                            f"overwrite each other; predict them into separate --out-dir folders")
+        by_stem[path.stem] = path
+    return list(found)
+
+
+def _image_files(paths: Iterable[Path]) -> List[Path]:
+    """The files among `paths` with an image suffix, in the given order."""
+    return [path for path in paths if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES]
 
 
 def overlay(image: torch.Tensor, labels: torch.Tensor, num_classes: int, alpha: float = 0.5) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -26,6 +26,7 @@ from .distributed import DistInfo, all_reduce_sum
 from .run_folder import write_csv
 
 PredictionCallback = Callable[[int, torch.Tensor], None]  # (dataset index, labels [H0, W0] int64 on the CPU)
+PER_CLASS_METRICS = ("dice", "iou", "hd95")
 
 
 @dataclass
@@ -34,11 +35,9 @@ class Evaluation:
     rows: List[Dict[str, object]] = field(default_factory=list)  # one per image when asked for
 
 
-def evaluation_split(cfg: Config, split: str, options: InferenceOptions = InferenceOptions(),
-                     root: Optional[str] = None) -> SegmentationSplit:
+def evaluation_split(cfg: Config, split: str, root: Optional[str] = None) -> SegmentationSplit:
     """The split as evaluation needs it: images resized to S x S in the data workers when the model sees them so
     (resize mode), else at their own size."""
-    options.check_model(cfg)
     return build_split(cfg, split, train=False, root=root, resize_for_eval=sees_resized_images(cfg))
 
 
@@ -111,8 +110,16 @@ def prediction_writer(out_dir: Path, dataset: SegmentationSplit, num_classes: in
     return write
 
 
-def write_per_image_csv(path: Path, rows: List[Dict[str, object]], num_classes: int) -> None:
-    """stem, height, width, pixel_accuracy, then dice_k, iou_k, hd95_k per class; empty cells where undefined."""
-    columns = ["stem", "height", "width", "pixel_accuracy"] + [
-        f"{metric}_{class_id}" for class_id in range(num_classes) for metric in ("dice", "iou", "hd95")]
-    write_csv(path, rows, columns)
+def per_class_report(scores: Dict[str, object], names: Sequence[str]) -> Dict[str, Dict[str, object]]:
+    """{class name: {dice, iou, hd95}} from the summary's per_class_dice / per_class_iou / per_class_hd95 lists."""
+    return {name: {metric: scores[f"per_class_{metric}"][class_id] for metric in PER_CLASS_METRICS}
+            for class_id, name in enumerate(names)}
+
+
+def write_per_image_csv(path: Path, rows: List[Dict[str, object]], names: Sequence[str]) -> None:
+    """stem, height, width, pixel_accuracy, then dice_NAME, iou_NAME, hd95_NAME per class (NAME: the class name of
+    `labels.class_names`); empty cells where undefined."""
+    renamed = {f"{metric}_{class_id}": f"{metric}_{name}"
+               for class_id, name in enumerate(names) for metric in PER_CLASS_METRICS}
+    named_rows = [{renamed.get(key, key): value for key, value in row.items()} for row in rows]
+    write_csv(path, named_rows, ["stem", "height", "width", "pixel_accuracy", *renamed.values()])
