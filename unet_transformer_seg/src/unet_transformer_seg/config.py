@@ -273,8 +273,8 @@ INERT_RULES = (
      "resize mode shows the whole image, so no window is placed (use data.resize_mode: pad or random_crop)"),
     ("data.mean", lambda c: c.data.normalize == "per_image", "per_image normalisation uses each image's own mean"),
     ("data.std", lambda c: c.data.normalize == "per_image", "per_image normalisation uses each image's own std"),
-    ("data.clip_low", lambda c: c.data.normalize != "percentile", "only data.normalize: percentile clips"),
-    ("data.clip_high", lambda c: c.data.normalize != "percentile", "only data.normalize: percentile clips"),
+    ("data.clip_low", lambda c: c.data.normalize != "percentile",  # set together with data.clip_high
+     "only data.normalize: percentile clips"),
     ("data.palette", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
     ("data.ignore_index", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
     ("data.folds", lambda c: c.data.kind == "toy", "folds split a folder data set's train + val images"),
