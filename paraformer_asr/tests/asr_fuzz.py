@@ -9,8 +9,8 @@ Profiles (derandomized, no deadline, so CI runs the same cases every time):
     "empty"     a valid header and no sample, or no byte at all: 400
     "garbage"   bytes that are no audio format: 400
     "nonfinite" a float WAV holding NaN or Inf samples: 400
-    "truncated" a good file cut at a header field boundary or a few bytes into its samples: 400, or 200 when what
-                is left still holds a sample (then the same text as the same bytes decoded alone)
+    "truncated" a good WAV cut at a header field boundary or a few bytes into its samples: 400 (a damaged header,
+                or a data chunk declaring more bytes than are left)
 """
 
 from __future__ import annotations

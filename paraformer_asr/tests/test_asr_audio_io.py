@@ -152,12 +152,39 @@ def test_a_segment_is_read_by_frames_and_equals_the_slice(tmp_path, monkeypatch)
         read_audio(tmp_path / "long.flac", start_s=2.0)
 
 
-def test_a_truncated_data_chunk_is_read_up_to_the_end_of_the_file(tmp_path):
-    values = tone_signal(100, 1)
+@pytest.mark.parametrize("cut, present", [(60, 4), (-50, 150), (56, 0)])  # 8 + 4 bytes of LIST before the data
+def test_a_wav_cut_short_in_its_data_chunk_is_refused_naming_the_declared_and_present_bytes(tmp_path, cut, present):
+    """A valid WAV of 100 16-bit samples (200 data bytes from byte 56) cut to 60 bytes, 50 bytes before its end, or
+    right after the data chunk's header: libsndfile would read what is left as if whole."""
+    content = riff_wav(tone_signal(100, 1), 8000, PCM, 16)[:cut]
     path = tmp_path / "cut.wav"
-    path.write_bytes(riff_wav(values, 8000, PCM, 16)[:-50])  # the last 25 samples are gone
-    samples, _ = read_audio(path)
-    np.testing.assert_allclose(samples[0].numpy(), values[:75, 0], atol=1 / 32768)
+    path.write_bytes(content)
+    reason = f"truncated WAV file: its data chunk declares 200 bytes but only {present} are present"
+    for read in (read_audio, audio_info, lambda source: load_audio(source, 16000)):
+        with pytest.raises(DataError) as info:
+            read(path)
+        assert str(info.value).startswith(f"{path}: {reason}")
+    upload = io.BytesIO(content)
+    with pytest.raises(DataError) as info:
+        read_audio(upload, name="uploaded file")
+    assert str(info.value).startswith(f"uploaded file: {reason}") and upload.tell() == 0
+
+
+def test_complete_short_wavs_and_an_unknown_data_size_still_load(tmp_path):
+    """A whole WAV of 1 or 3 samples, one whose odd-sized data chunk is followed by a pad byte and another chunk, and
+    one whose data size is a streaming writer's 0xFFFFFFFF (read to the end) are whole files."""
+    for num_frames in (1, 3):
+        values = tone_signal(num_frames, 1)
+        path = tmp_path / f"short{num_frames}.wav"
+        path.write_bytes(riff_wav(values, 8000, PCM, 16))
+        samples, rate = read_audio(path)
+        assert rate == 8000 and samples.shape == (1, num_frames)
+        np.testing.assert_allclose(samples[0].numpy(), values[:, 0], atol=1 / 32768)
+    odd = riff_wav(tone_signal(3, 1), 8000, PCM, 8) + b"\x00" + b"LIST" + struct.pack("<I", 2) + b"ab"  # 3 data bytes
+    assert read_audio(io.BytesIO(odd))[0].shape == (1, 3)
+    whole = riff_wav(tone_signal(10, 1), 8000, PCM, 16)
+    streamed = whole.replace(b"data" + struct.pack("<I", 20), b"data" + struct.pack("<I", 0xFFFFFFFF))
+    assert read_audio(io.BytesIO(streamed))[0].shape == (1, 10)
 
 
 def bad_files():

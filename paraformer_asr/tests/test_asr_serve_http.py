@@ -206,6 +206,11 @@ def truncated_header(tmp_path) -> bytes:
     return audio_bytes(tmp_path, digit_speech("123", 0))[:30]
 
 
+def truncated_data(tmp_path) -> bytes:
+    whole = audio_bytes(tmp_path, digit_speech("123", 0))
+    return whole[:len(whole) // 2]  # cut in the middle of its samples
+
+
 def no_samples(tmp_path) -> bytes:
     return audio_bytes(tmp_path, torch.zeros(0))
 
@@ -218,10 +223,11 @@ def too_long_flac(tmp_path) -> bytes:
     (lambda tmp: b"this is plain text, not audio", 400, "uploaded file: not a readable audio file"),
     (lambda tmp: b"", 400, "uploaded file: file is empty"),
     (truncated_header, 400, "uploaded file: not a readable audio file"),
+    (truncated_data, 400, "uploaded file: truncated WAV file: its data chunk declares"),
     (no_samples, 400, "uploaded file: file contains no audio samples"),
     (too_long_flac, 413, f"the limit is {MAX_AUDIO_SECONDS:g} s"),
     (lambda tmp: bytes(MAX_UPLOAD_BYTES + 1), 413, f"larger than the limit of {MAX_UPLOAD_BYTES} bytes"),
-], ids=["not-audio", "empty", "truncated-header", "no-samples", "too-long", "too-large"])
+], ids=["not-audio", "empty", "truncated-header", "truncated-data", "no-samples", "too-long", "too-large"])
 @pytest.mark.slow
 def test_bad_uploads_get_a_4xx_json_error_and_the_server_keeps_serving(server, corpus, tmp_path, make_body, status,
                                                                        message):

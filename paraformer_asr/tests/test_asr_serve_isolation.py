@@ -93,16 +93,22 @@ def wav_bytes(num_samples: int, seed: int = 0) -> bytes:
 
 
 def test_a_truncated_upload_among_64_concurrent_requests_fails_no_good_one(server, loaded):
-    """64 concurrent requests, every fourth a WAV cut to 60 bytes (its header and 8 samples): every good request
-    gets 200 and its own text; the cut ones are short audio, 200 with an empty text."""
+    """64 concurrent requests, every fourth a WAV cut to 60 bytes (its header and 8 of its 16000 samples): every
+    good request gets 200 and its own text; the cut ones a 400 naming the bytes the header declares and those
+    present (read as if whole, they used to get 200 with an empty text)."""
     goods = [wav_bytes(RATE // 4 + 800 * index, seed=index) for index in range(4)]
-    cut = wav_bytes(RATE)[:60]
+    whole = wav_bytes(RATE)
+    cut, data_start = whole[:60], whole.index(b"data") + 8
     uploads = [cut if index % 4 == 3 else goods[index % 4] for index in range(64)]
-    expected = {data: decoded_alone(loaded, data)[1] for data in goods + [cut]}
+    expected = {data: decoded_alone(loaded, data)[1] for data in goods}
     answers = post_concurrently(server, [(data, "audio.wav") for data in uploads])
-    assert [status for status, _ in answers] == [200] * 64, answers
-    assert [answer["text"] for _, answer in answers] == [expected[data] for data in uploads]
-    assert expected[cut] == ""
+    assert [status for status, _ in answers] == [400 if data == cut else 200 for data in uploads], answers
+    assert [answer["text"] for (_, answer), data in zip(answers, uploads) if data != cut] == [
+        expected[data] for data in uploads if data != cut]
+    reason = (f"uploaded file: truncated WAV file: its data chunk declares {2 * RATE} bytes but only "
+              f"{60 - data_start} are present")
+    assert all(answer["detail"].startswith(reason) for (_, answer), data in zip(answers, uploads) if data == cut)
+    assert decoded_alone(loaded, cut)[0] == 400 and health(server)["failures"]["short_requests"] == 0
 
 
 def test_clips_too_short_for_the_subsampling_get_an_empty_text_and_an_empty_file_a_400(server, loaded):
@@ -198,12 +204,10 @@ def check_concurrent_uploads(url: str, loaded, uploads, tier: str) -> None:
     answers = post_concurrently(url, [(upload.data, upload.filename) for upload in uploads])
     for upload, (status, answer) in zip(uploads, answers):
         alone_status, alone_text = decoded_alone(loaded, upload.data)
+        assert alone_status == (200 if upload.kind == "good" else 400), upload
         if upload.kind == "good":
             assert status == 200 and answer["text"] == alone_text, (upload, answer)
-        elif upload.kind == "truncated":
-            assert status == alone_status, (upload, answer)
-            assert answer.get("text", alone_text) == alone_text, (upload, answer)
-        else:
+        else:  # empty, garbage, non-finite or truncated (a WAV cut in its header or its data chunk)
             assert status == 400, (upload, answer)
         if status == 400:
             assert answer["detail"].startswith("uploaded file: "), answer

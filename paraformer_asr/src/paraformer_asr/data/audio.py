@@ -7,6 +7,7 @@ after: the mono mix-down (channel mean) and the resampler (data/resample.py).
 
 Contracts:
     open_audio(source, name)                               -> context manager yielding an open soundfile.SoundFile
+    check_wav_data(stream, name)                           -> None; DataError for a WAV whose data chunk is cut short
     audio_info(path)                                       -> AudioInfo(sample_rate, num_frames, channels, format)
     read_frames(handle, name, start_frame=0, num_frames=-1) -> samples [C, N] float32 in [-1, 1]
     read_audio(path, start_s=None, end_s=None)             -> (samples [C, N] float32 in [-1, 1], sample_rate)
@@ -20,11 +21,14 @@ decoded (a seek, then a read). ``source`` may be a path or a binary file object 
 
 Anything unreadable (missing, empty, not audio, damaged header, no samples, NaN/Inf samples, a segment outside the
 file) raises :class:`DataError` whose message starts with ``name`` (the file's path by default) and says what is
-wrong. A WAV whose data chunk is cut short is read up to the end of the file (libsndfile's behaviour).
+wrong. A WAV whose data chunk is cut short (a partial upload or copy) is refused too, with the bytes its header
+declares and the bytes present: libsndfile would read it up to the end of the file as if whole. Its RIFF chunks are
+walked here (:func:`check_wav_data`); other formats are left to libsndfile.
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +43,8 @@ from paraformer_asr.data.resample import resample
 from paraformer_asr.errors import DataError
 
 AudioSource = str | Path | BinaryIO
+
+WAV_UNKNOWN_SIZE = 0xFFFFFFFF  # the data size a streaming writer puts when it cannot know it: read to the end
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,13 @@ def open_audio(source: AudioSource, name: str | None = None) -> Iterator[soundfi
             raise DataError(f"{name}: audio file not found")
         if path.stat().st_size == 0:
             raise DataError(f"{name}: file is empty, not an audio file")
+        with path.open("rb") as stream:
+            check_wav_data(stream, name)
         source = str(path)
     elif _remaining_bytes(source) == 0:
         raise DataError(f"{name}: file is empty, not an audio file")
+    else:
+        check_wav_data(source, name)
     try:
         handle = soundfile.SoundFile(source)
     except (soundfile.SoundFileError, RuntimeError) as err:
@@ -76,6 +86,33 @@ def open_audio(source: AudioSource, name: str | None = None) -> Iterator[soundfi
         if handle.samplerate < 1:
             raise DataError(f"{name}: invalid sample rate {handle.samplerate}")
         yield handle
+
+
+def check_wav_data(stream: BinaryIO, name: str) -> None:
+    """DataError ``'<name>: truncated WAV file: ...'`` when the RIFF/WAVE file at the stream's position has a data
+    chunk declaring more bytes than the file holds after it. The chunks are walked ('RIFF', size, 'WAVE', then id and
+    size per chunk, each padded to an even length) until 'data'; anything else (another format, a header cut before
+    the data chunk, a streaming writer's unknown size) is left to libsndfile. The stream's position is restored."""
+    start = stream.tell()
+    try:
+        size = stream.seek(0, 2) - start  # the file's bytes from its first
+        stream.seek(start)
+        header = stream.read(12)
+        if len(header) < 12 or header[:4] != b"RIFF" or header[8:] != b"WAVE":
+            return
+        offset = 12
+        while offset + 8 <= size:
+            stream.seek(start + offset)
+            chunk_id, chunk_size = struct.unpack("<4sI", stream.read(8))
+            if chunk_id == b"data":
+                present = size - offset - 8
+                if chunk_size != WAV_UNKNOWN_SIZE and present < chunk_size:
+                    raise DataError(f"{name}: truncated WAV file: its data chunk declares {chunk_size} bytes but "
+                                    f"only {present} are present (the file was cut short)")
+                return
+            offset += 8 + chunk_size + chunk_size % 2
+    finally:
+        stream.seek(start)
 
 
 def audio_info(source: AudioSource, name: str | None = None) -> AudioInfo:

@@ -11,10 +11,11 @@ extraction, waiting for its batch, the decode) divided by the audio's duration.
 Audio up to ``long_form.chunk_seconds`` goes through the micro-batcher; longer audio (up to ``max_audio_seconds``)
 through the long-recording lane (serving/long_lane.py), decoded window by window from the uploaded file, so short
 requests keep being batched and answered while a long one is decoded. Every refused request answers JSON
-``{"detail": "<message>"}``: 400 unreadable audio (not an audio format soundfile reads, empty, damaged header, no
-samples), 413 upload larger than ``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the
-form field ``file``, 503 while the server shuts down or when ``max_long_recordings`` long recordings are already
-queued, 500 only for a fault of the server (its reason logged, the other requests unaffected).
+``{"detail": "<message>"}``: 400 unreadable audio (not an audio format soundfile reads, empty, damaged header, a WAV
+cut short in its data chunk, no samples), 413 upload larger than ``max_upload_bytes`` or audio longer than
+``max_audio_seconds``, 422 no file in the form field ``file``, 503 while the server shuts down or when
+``max_long_recordings`` long recordings are already queued, 500 only for a fault of the server (its reason logged,
+the other requests unaffected).
 
 Failure isolation: every upload is decoded and checked (readable, at least one sample, no NaN or Inf sample) before
 it joins a micro-batch, so bad input is answered 400 on its own. A clip too short for the encoder (under ~70 ms)
