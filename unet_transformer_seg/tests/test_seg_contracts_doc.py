@@ -1,8 +1,10 @@
 """docs/tensor_contracts.md is the reader's map of the package; the docstrings are the source. Every function, class or
-method the map names with an argument list in a table's first column (`name(arg, other=...)`, `Class.method(arg)`,
-`Class(arg).method(arg)`, `Class(arg)(arg)` for `__call__`) must exist in the package and take the arguments listed
-(`...` stands for arguments left out); a name without arguments (`logits_to_labels`, `UNet.forward`, `IGNORE_LABEL`)
-must exist. The notation table's symbols, one-letter symbols and file names are not names of the package."""
+method the map names in a table's first column with an argument list (`name(arg, other=...)`, `Class.method(arg)`,
+`Class(arg).method(arg)`, `Class(arg)(arg)` for `__call__`) must exist in the package and take the arguments listed,
+and the map must list every parameter it takes (`*args` as `*args`): in one entry, or spread over several entries of the
+same name (`...` marks arguments an entry leaves to another). A callable named without arguments (`UNet.forward`) needs
+an entry with them; a constant (`IGNORE_LABEL`) need only exist. The notation table's symbols, one-letter symbols and
+file names are not names of the package."""
 
 import importlib
 import inspect
@@ -110,24 +112,36 @@ def _resolve(name: str, definitions: Dict[str, List[object]]) -> List[object]:
 
 
 def contract_drift(markdown: str, definitions: Dict[str, List[object]]) -> List[str]:
-    """One sentence per name the tables list that the package lacks, or per argument it does not take."""
+    """One sentence per name the tables list that the package lacks, per argument it does not take, then per
+    callable whose parameters the tables leave out (all its entries together)."""
     problems = []
+    listed_by_name: Dict[str, set] = {}  # every argument the entries of a callable list, in order of appearance
     for span in first_column_spans(markdown):
         if BARE_NAME.fullmatch(span) and not FILE_NAME.fullmatch(span):
-            if not _resolve(span, definitions):
+            candidates = _resolve(span, definitions)
+            if not candidates:
                 problems.append(f"`{span}`: no {span} in the package")
+            elif any(callable(candidate) for candidate in candidates):
+                listed_by_name.setdefault(span, set())
             continue
         for name, arguments in parse_calls(span):
             candidates = _resolve(name, definitions)
             if not candidates:
                 problems.append(f"`{span}`: no {name} in the package")
                 continue
-            listed = [argument.split("=")[0].strip() for argument in arguments if argument != "..."]
+            listed = [argument.split("=")[0].strip().lstrip("*") for argument in arguments if argument != "..."]
+            listed_by_name.setdefault(name, set()).update(listed)
             fitting = [c for c in candidates if set(listed) <= set(_parameters(c))]
             if not fitting:
                 parameters = ", ".join(_parameters(candidates[0]))
                 unknown = [argument for argument in listed if argument not in _parameters(candidates[0])]
                 problems.append(f"`{span}`: {name} takes ({parameters}), not {', '.join(unknown)}")
+    for name, listed in listed_by_name.items():
+        candidates = [c for c in _resolve(name, definitions) if callable(c)]
+        missing = min(([p for p in _parameters(c) if p not in listed] for c in candidates), key=len)
+        if missing:
+            closest = next(c for c in candidates if [p for p in _parameters(c) if p not in listed] == missing)
+            problems.append(f"{name}({', '.join(_parameters(closest))}): the map lists no {', '.join(missing)}")
     return problems
 
 
@@ -144,8 +158,10 @@ def test_the_checker_reports_wrong_names_and_arguments():
         "| `window_step(window, overlap, alignment)`, `padded_size(height, ...)` | a `|` in code |",
         "| `window_step(S, overlap)` | |",
         "| `no_such_function(x)` | |",
-        "| `Trainer(cfg).sprint()`, `SegmentationTransform(image_size, ...)(image, mask, rng, extra)` | |",
-        "| `Segmenter.native_logits(images, size)` / `SegmentationLoss(name, class_weights=[1, 2])` | |",
+        "| `MultiHeadAttention(dim, num_heads, dropout, impl).sprint()`, "
+        "`BatchAugment(settings)(images, masks, rng, extra)` | |",
+        "| `gaussian_importance(window, device)` / `SegmentationLoss(name, class_weights=[1, 2])` | |",
+        "| `SegmentationLoss(..., dice_include_background)`, `padded_size(..., width, window)` | completes the above |",
         "| `IGNORE_LABEL`, `UNet.forward`, `checks.py`, `model.onnx` | `not_a_call(x)` in another column |",
         "| `UNet.backward`, `logits_to_label` | |",
         "",
@@ -158,9 +174,12 @@ def test_the_checker_reports_wrong_names_and_arguments():
     assert contract_drift(table, definitions) == [
         "`window_step(S, overlap)`: window_step takes (window, overlap, alignment), not S",
         "`no_such_function(x)`: no no_such_function in the package",
-        "`Trainer(cfg).sprint()`: no Trainer.sprint in the package",
-        "`SegmentationTransform(image_size, ...)(image, mask, rng, extra)`: SegmentationTransform.__call__ takes "
-        "(image, mask, rng), not extra",
+        "`MultiHeadAttention(dim, num_heads, dropout, impl).sprint()`: no MultiHeadAttention.sprint in the package",
+        "`BatchAugment(settings)(images, masks, rng, extra)`: BatchAugment.__call__ takes (images, masks, rng), "
+        "not extra",
         "`UNet.backward`: no UNet.backward in the package",
         "`logits_to_label`: no logits_to_label in the package",
+        # the parameters no entry lists: padded_size's alignment, UNet.forward's x (a callable named bare)
+        "padded_size(height, width, window, alignment): the map lists no alignment",
+        "UNet.forward(x): the map lists no x",
     ]
