@@ -21,7 +21,6 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-NORMALIZE_MODES = ("fixed", "dataset", "per_image", "percentile")
 PERCENTILES = (0.5, 99.5)
 PERCENTILE_PIXELS_PER_IMAGE = 10_000  # percentiles come from at most this many pixels of each training image
 MIN_STD = 1e-6  # a constant channel gets this std instead of 0

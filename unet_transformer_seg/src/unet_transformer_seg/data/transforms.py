@@ -141,7 +141,7 @@ class SegmentationTransform:
     """Normalise an (image, mask) pair, bring it to the model's input geometry and augment (training only).
 
     Training: an S x S window made as `resize_mode` says, then flips / 90-degree turns.
-    Evaluation: the whole image resized to S x S when `resize_for_eval` (resize mode without forced tiles), else the
+    Evaluation: the whole image resized to S x S when `resize_for_eval` (resize mode), else the
     image at its own size (the sliding window takes it from there); the mask is left at its own size.
     """
 

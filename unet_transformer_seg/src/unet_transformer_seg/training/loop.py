@@ -34,14 +34,15 @@ from tqdm import tqdm
 
 from ..checkpointing import capture_rng_state, restore_rng_state, save_checkpoint
 from ..checks import install_nonfinite_hooks
+from ..choices import COUNTED_NORMALIZE_MODES
 from ..config import Config, config_to_dict, save_config
 from ..data.augment import BatchAugment, augment_generator
 from ..data.datasets import base_dataset, build_split, class_pixel_counts, pooled_dataset
 from ..data.image_io import display_image
-from ..choices import COUNTED_NORMALIZE_MODES
 from ..data.normalization import count_statistics, describe
 from ..errors import CheckpointError, ConfigError, NonFiniteError
 from ..inference import Segmenter
+from ..labels import class_names
 from ..losses import auto_class_weights, build_loss
 from ..models import build_model
 from ..planning import plan_config
@@ -449,7 +450,7 @@ class Trainer:
         samples = [self.val_set.base[index] for index in range(count)]  # (image [C, H0, W0] in [0, 1], mask)
         predictions = [segmenter.segment(image) for image, _ in samples]
         plot_samples([image for image, _ in samples], [mask for _, mask in samples], predictions,
-                     self.run_dir / "plots" / "predictions.png", self.cfg.data.num_classes)
+                     self.run_dir / "plots" / "predictions.png", self.cfg.data.num_classes, class_names(self.cfg.data))
 
     def _plot_augmentation(self) -> None:
         """plots/augmentation.png: the first training windows as the model sees them in step 1 (crops, flips and
@@ -463,7 +464,8 @@ class Trainer:
         masks = torch.stack([self.train_set[index][1] for index in indices])  # [n, S, S]
         images, masks = self.augment(images, masks, augment_generator(self.cfg.run.seed, 0, 0, 0))
         shown = torch.stack([display_image(image) for image in images])  # [n, 3, S, S] stretched to [0, 1]
-        plot_augmentation_preview(shown, masks, self.run_dir / "plots" / "augmentation.png", self.cfg.data.num_classes)
+        plot_augmentation_preview(shown, masks, self.run_dir / "plots" / "augmentation.png", self.cfg.data.num_classes,
+                                  class_names(self.cfg.data))
 
     def run(self) -> TrainResult:
         try:
