@@ -57,8 +57,8 @@ def test_the_toy_baseline_is_the_toy_config_with_the_model_type_set():
 def test_set_overrides_reach_the_dataclass_and_leave_the_rest_of_the_file():
     path = PROJECT_DIR / "configs" / "toy.yaml"
     overrides = ["run.seed=7", "data.image_size=96", "data.num_classes=3", "data.hflip=false",
-                 "data.augment.blur_prob=0.5", "data.augment.rotate_prob=0.25", "model.type=unet", "train.lr=0.0005", "train.epochs=5",
-                 "train.class_weights=[1, 2.5, 4]", "train.lr=0.002"]  # the last of two --set wins
+                 "data.augment.blur_prob=0.5", "data.augment.rotate_prob=0.25", "model.type=unet", "train.lr=0.0005",
+                 "train.epochs=5", "train.class_weights=[1, 2.5, 4]", "train.lr=0.002"]  # the last of two --set wins
     cfg = load_config(path, overrides)
     assert (cfg.run.seed, cfg.data.image_size, cfg.data.num_classes, cfg.data.hflip) == (7, 96, 3, False)
     assert (cfg.data.augment.rotate_prob, cfg.model.type, cfg.train.lr, cfg.train.epochs) == (0.25, "unet", 0.002, 5)
