@@ -78,3 +78,9 @@ def test_folds_come_as_a_pair_and_the_fold_is_in_range():
         load_config(None, ["data.kind=folder", "data.root=x", "data.folds=5", "data.fold=5"])
     cfg = load_config(None, ["data.kind=folder", "data.root=x", "data.folds=5", "data.fold=4"])
     assert (cfg.data.fold, cfg.data.folds) == (4, 5)
+
+
+def test_numbers_in_exponent_notation_are_numbers():
+    # YAML 1.1 reads 1e-3 (no dot) as a string; the config takes it as the number it means
+    cfg = load_config(None, ["train.lr=1e-3", "train.weight_decay=5E-5"])
+    assert (cfg.train.lr, cfg.train.weight_decay) == (1e-3, 5e-5)

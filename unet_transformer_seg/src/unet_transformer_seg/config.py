@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -166,6 +167,7 @@ class Config:
 _SECTION_CLASSES = {"run": RunConfig, "data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 
 
+_EXPONENT_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+")
 _WORDS = {float: "a number", int: "an integer", str: "a string", bool: "true or false", type(None): "null"}
 
 
@@ -203,6 +205,8 @@ def _coerce(key: str, value: Any, annotation) -> Any:
             raise ConfigError(f"config key '{key}' must be an integer, got {type(value).__name__} {value!r}")
         return value
     if annotation is float:
+        if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value):  # YAML 1.1 reads 1e-3 as a string
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"config key '{key}' must be a number, got {type(value).__name__} {value!r}")
         return float(value)
