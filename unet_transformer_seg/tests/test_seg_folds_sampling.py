@@ -111,3 +111,17 @@ def test_a_set_smaller_than_a_batch_repeats_with_windows_of_its_own(tmp_path):
     assert len(split) == 12 and [split.name(i) for i in (0, 3, 6)] == ["train_0"] * 3
     first, again = split[0][0], split[3][0]  # the same image, another window and flips
     assert first.shape == again.shape == (3, 8, 8) and not torch.equal(first, again)
+
+
+def test_window_stats_reports_every_class_and_the_centres_add_up(tmp_path):
+    root = _folder(tmp_path / "set", (("train", 3),))
+    result = run_script_in_process("window_stats.py", "--config", "configs/folder.yaml", "--draws", "50",
+                                   "--set", f"data.root={root}", "--set", "data.image_size=8",
+                                   "--set", "data.resize_mode=pad", "--set", f"run.output_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("150 windows of 8 x 8")
+    rows = {line.split()[0]: [float(cell.rstrip("%")) for cell in line.split()[1:]] for line in lines[2:]}
+    assert sorted(rows) == ["class_0", "class_1"]
+    assert sum(row[2] for row in rows.values()) == pytest.approx(100.0, abs=0.02)
+    assert all(row[1] == 100.0 for row in rows.values())  # random masks: both classes in every window
