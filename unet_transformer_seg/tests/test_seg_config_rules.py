@@ -84,3 +84,13 @@ def test_numbers_in_exponent_notation_are_numbers():
     # YAML 1.1 reads 1e-3 (no dot) as a string; the config takes it as the number it means
     cfg = load_config(None, ["train.lr=1e-3", "train.weight_decay=5E-5"])
     assert (cfg.train.lr, cfg.train.weight_decay) == (1e-3, 5e-5)
+
+
+def test_reading_a_config_imports_neither_torch_nor_numpy():
+    # the scripts validate a config before the slow import of torch; a fresh interpreter shows what config.py pulls in
+    import subprocess
+    import sys
+
+    code = "import sys, unet_transformer_seg.config; print(sorted({'torch', 'numpy'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
