@@ -5,8 +5,8 @@
 
 Training already refits the scale on the validation set at every epoch (train.calibrate_cif). Use this for a
 checkpoint trained without it, for an averaged checkpoint, or to fit it on recordings of a new kind
-(--manifest). The test split, or a manifest that is the config's test manifest, is refused unless --allow-test:
-the test scores would be in-sample for the scale. The checkpoint records the set (``calibrated_on``), and eval.py
+(--manifest). The test split, the config's test manifest, or a manifest whose file name says test (test.jsonl,
+test-clean.jsonl, numbers_test.jsonl) is refused unless --allow-test: the test scores would be in-sample for the scale. The checkpoint records the set (``calibrated_on``), and eval.py
 warns when it scores that set. The result reads like any checkpoint: python scripts/eval.py --checkpoint calibrated.pt
 """
 

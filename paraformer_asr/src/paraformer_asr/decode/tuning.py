@@ -39,6 +39,8 @@ the candidates' scores) and no CTC score for one without. Four choices come from
 With the section's ``beam_size``, ``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates``
 (DEFAULT_SPREAD when 0; a tuned checkpoint's section holds its chosen spread, so tuning it again keeps that spread
 unless one is given). Scores on the validation set are then in-sample for the choice; report the test split.
+:func:`tune_checkpoint` refuses to choose on a test set (the test split, the config's test manifest, a manifest
+whose file name says test: training/calibration.py, ``why_test_set``), whoever calls it.
 """
 
 from __future__ import annotations
@@ -47,12 +49,13 @@ import dataclasses
 
 import torch
 
-from paraformer_asr.config import DecodeConfig
+from paraformer_asr.config import Config, DecodeConfig
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import (evaluation_loader, evaluation_manifest, model_from_checkpoint,
                                       resolve_eval_checkpoint)
+from paraformer_asr.training.calibration import why_test_set
 from paraformer_asr.training.checkpointing import load_checkpoint
 from paraformer_asr.training.evaluation import evaluate
 
@@ -115,19 +118,30 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
                     spread: int | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
     """:func:`tune_decoding` for a checkpoint file or run folder on its ``split`` (length candidates +- ``spread``
     when given) -> (its payload with the chosen ``decode`` section in its config and a ``decoding_tuned_on`` record,
-    the choice, the grid's rows). ConfigError for the autoregressive baseline (nothing to tune)."""
+    the choice, the grid's rows). ConfigError for the autoregressive baseline (nothing to tune) and for a test set
+    (:func:`~paraformer_asr.training.calibration.why_test_set`): the choice is made on validation data."""
     device = device or torch.device("cpu")
     checkpoint = resolve_eval_checkpoint(path)
     payload = load_checkpoint(checkpoint)
     loaded = model_from_checkpoint(payload, checkpoint, device)
     if loaded.cfg.model.type != "paraformer":
         raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer (this one: {loaded.cfg.model.type})")
+    data = evaluation_manifest(loaded, split, None) or f"toy:{split}"
+    refuse_test_set(loaded.cfg, data)
     loader = evaluation_loader(loaded, split, None, batch_size)
     best, rows = tune_decoding(loaded, loader, device, spread)
     payload["config"]["decode"] = dataclasses.asdict(best)
-    payload["decoding_tuned_on"] = {"data": evaluation_manifest(loaded, split, None) or f"toy:{split}",
-                                    "utterances": len(loader.dataset)}
+    payload["decoding_tuned_on"] = {"data": data, "utterances": len(loader.dataset)}
     return payload, best, rows
+
+
+def refuse_test_set(cfg: Config, data: str) -> None:
+    """ConfigError when the set labelled ``data`` (a manifest path or 'toy:<split>') is a test set of ``cfg``
+    (:func:`~paraformer_asr.training.calibration.why_test_set`): the decoding is chosen on validation data."""
+    reason = why_test_set(cfg, data)
+    if reason:
+        raise ConfigError(f"refusing to choose the decoding on the test set ({data}: {reason}): its scores would be "
+                          f"in-sample for the choice; choose on validation data (split 'val')")
 
 
 def grid_table(rows: list[dict]) -> str:

@@ -4,11 +4,14 @@ Training refits it on the validation set at every validation (``train.calibrate_
 same for a finished checkpoint: one trained before the calibration existed, an averaged one
 (scripts/average_checkpoints.py refits it on validation data itself), or one moving to recordings of a new kind (give a
 manifest of them). The test set is refused unless asked for: scores on the calibration set are in-sample.
+What counts as a test set (:func:`why_test_set`) is shared with the choice of the decoding (decode/tuning.py): the
+test split, the config's test manifest, and a manifest whose file name says test (:func:`names_test_set`).
 The payload records the set it was fitted on (``calibrated_on``); eval.py warns when it scores that same set.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -37,17 +40,18 @@ def calibrate_payload(payload: dict, checkpoint: Path, split: str = "val", manif
                       batch_size: int = 64, device: torch.device | None = None,
                       allow_test: bool = False) -> tuple[dict, float, float]:
     """:func:`calibrate_checkpoint` on an already loaded checkpoint ``payload`` (read from, or to be written to,
-    ``checkpoint``). ConfigError when the set is the test split or the config's test manifest and not
-    ``allow_test``: the test scores would then be in-sample for the scale."""
+    ``checkpoint``). ConfigError when the set is a test set (:func:`why_test_set`) and not ``allow_test``: the
+    test scores would then be in-sample for the scale."""
     device = device or torch.device("cpu")
     loaded = model_from_checkpoint(payload, checkpoint, device)
     if not loaded.model.calibrates_cif:
         raise CheckpointError(f"{checkpoint}: a {loaded.cfg.model.type} model has no CIF predictor to calibrate "
                               f"(model.type {loaded.cfg.model.type}, model.predictor {loaded.cfg.model.predictor})")
     data = evaluation_manifest(loaded, split, manifest) or f"toy:{split}"
-    if not allow_test and same_set(data, test_set(loaded.cfg)):
-        raise ConfigError(f"refusing to calibrate on the test set ({data}): its scores would be in-sample for the "
-                          f"scale; fit on validation data (--split val) or pass --allow-test")
+    reason = why_test_set(loaded.cfg, data)
+    if reason and not allow_test:
+        raise ConfigError(f"refusing to calibrate on the test set ({data}: {reason}): its scores would be in-sample "
+                          f"for the scale; fit on validation data (--split val) or pass --allow-test")
     loader = evaluation_loader(loaded, split, manifest, batch_size)
     old_scale = float(loaded.model.predictor.alpha_scale)
     new_scale = loaded.model.calibrate_alpha_scale(loader, device)
@@ -62,6 +66,25 @@ def test_set(cfg: Config) -> str | None:
     if cfg.data.kind == "toy":
         return "toy:test"
     return cfg.data.test_manifest or None
+
+
+def names_test_set(manifest: str | Path) -> bool:
+    """Whether a manifest's file name says it holds a test set: 'test' is one of the words of its name (runs of
+    letters, case aside). test.jsonl (scripts/make_speech_corpus.py), test-clean.jsonl (a LibriSpeech subset,
+    data/corpora.py), test_clean.jsonl and wordtimes_test_60min.jsonl say so; latest.jsonl, and val.jsonl in a
+    folder named test, do not."""
+    return "test" in re.findall(r"[a-z]+", Path(manifest).stem.lower())
+
+
+def why_test_set(cfg: Config, data: str) -> str | None:
+    """Why the set labelled ``data`` (a manifest path or 'toy:<split>') of a checkpoint with config ``cfg`` is a
+    test set ('the test split', "the config's data.test_manifest", 'its file name says test'), or None when it is
+    not one. Choices fitted on a set are in-sample for it: they are made on validation data."""
+    if data.startswith("toy:"):
+        return "the test split" if same_set(data, test_set(cfg)) else None
+    if same_set(data, test_set(cfg)):
+        return "the config's data.test_manifest"
+    return "its file name says test" if names_test_set(data) else None
 
 
 def same_set(first: str | None, second: str | None) -> bool:

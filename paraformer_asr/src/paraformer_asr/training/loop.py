@@ -29,7 +29,7 @@ from paraformer_asr.data.setup import DataBundle, build_data, make_loader, token
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import CheckpointError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
-from paraformer_asr.decode.tuning import grid_table, tune_checkpoint
+from paraformer_asr.decode.tuning import grid_table, refuse_test_set, tune_checkpoint
 from paraformer_asr.models.factory import build_model, count_parameters
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
@@ -247,6 +247,8 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def fit(self) -> Path:
         cfg = self.cfg
+        if cfg.decode.tune:  # refused now rather than after the last epoch
+            refuse_test_set(cfg, cfg.data.val_manifest if cfg.data.kind == "manifest" else "toy:val")
         self.log.info("run folder: %s", self.run.path)
         self.log.info("model %s: %d parameters; %d train / %d val utterances; vocab %d; device %s",
                       cfg.model.type, count_parameters(self.model), len(self.data.train), len(self.data.val),
