@@ -1,37 +1,28 @@
-"""Loading a trained model from a checkpoint and turning inputs into feature batches."""
+"""Loading a trained model from a checkpoint and turning inputs into feature batches.
+
+``load_model`` also loads export folders, through the onnxruntime backend (deploy/runtime.py), which imports nothing
+from here: what both backends load, :class:`LoadedModel`, lives in loaded_model.py (imported here, so it is also
+``paraformer_asr.inference.LoadedModel``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
-import torch.nn as nn
 from torch.utils.data import DataLoader
 
-from paraformer_asr.config import Config, config_from_dict
+from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import load_audio
 from paraformer_asr.data.frontend import FeatureNormalizer
 from paraformer_asr.data.setup import make_frontend, make_loader, manifest_dataset
-from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
+from paraformer_asr.data.tokenizer import tokenizer_from_dict
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
+from paraformer_asr.loaded_model import LoadedModel
 from paraformer_asr.models.factory import build_model
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.checkpointing import load_checkpoint
-
-
-@dataclass
-class LoadedModel:
-    model: nn.Module
-    cfg: Config
-    tokenizer: Tokenizer
-    normalizer: Any
-    input_dim: int
-    path: Path
-    calibrated_on: str | None = None  # the data set the CIF's alpha_scale was fitted on (training/calibration.py)
 
 
 def model_device(model) -> torch.device:

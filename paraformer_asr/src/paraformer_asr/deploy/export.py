@@ -21,19 +21,12 @@ from pathlib import Path
 import torch
 
 import paraformer_asr
+from paraformer_asr.deploy.export_format import FORMAT, FORMAT_VERSION, KIND_KEY, OPSET, ROLE_KEY, SIDECAR
 from paraformer_asr.deploy.graphs import PREDICTOR_GRAPHS, GraphSpec, ar_graphs, paraformer_graphs
 from paraformer_asr.deploy.onnx_extra import require_onnx
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import model_from_checkpoint, resolve_eval_checkpoint
 from paraformer_asr.training.checkpointing import load_checkpoint
-
-SIDECAR = "export.json"
-FORMAT = "paraformer_asr-onnx"
-FORMAT_VERSION = 1
-OPSET = 17
-PRECISIONS = ("fp32", "int8")
-KIND_KEY = "paraformer_asr.model_kind"  # metadata of every graph: the model kind and the graph's role
-ROLE_KEY = "paraformer_asr.graph"
 
 
 def model_graphs(model: torch.nn.Module, model_kind: str, input_dim: int, predictor: str | None) -> list[GraphSpec]:

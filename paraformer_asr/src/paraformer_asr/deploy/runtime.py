@@ -18,11 +18,12 @@ from paraformer_asr.checks import check_finite, lengths_to_mask
 from paraformer_asr.config import Config, ModelConfig, config_from_dict
 from paraformer_asr.data.frontend import FeatureNormalizer
 from paraformer_asr.data.tokenizer import tokenizer_from_dict
+from paraformer_asr.deploy.export_format import (FORMAT, FORMAT_VERSION, KIND_KEY, OPSET, PRECISIONS, ROLE_KEY,
+                                                 SIDECAR)
 from paraformer_asr.deploy.graphs import PREDICTOR_GRAPHS
-from paraformer_asr.deploy.export import FORMAT, FORMAT_VERSION, KIND_KEY, OPSET, PRECISIONS, ROLE_KEY, SIDECAR
 from paraformer_asr.deploy.onnx_extra import require_onnx
 from paraformer_asr.errors import CheckpointError, ConfigError
-from paraformer_asr.inference import LoadedModel
+from paraformer_asr.loaded_model import LoadedModel
 from paraformer_asr.models.ar_model import ArDecoding
 from paraformer_asr.models.cif import CifOutput
 from paraformer_asr.models.encoder import check_encodable, subsampled_lengths
