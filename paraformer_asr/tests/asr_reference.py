@@ -200,3 +200,33 @@ def exhaustive_ar_search(next_log_probs, max_length: int, eos_id: int, tokens: l
             total += float(next_log_probs(list(sequence))[eos_id])
             scored.append((total / (length + 1) ** length_penalty, list(sequence)))
     return sorted(scored, key=lambda pair: -pair[0])
+
+
+def loop_cif_autograd(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: torch.Tensor) -> list[torch.Tensor]:
+    """benchmarks/cif.py's ``loop_cif`` (integrate-and-fire one frame at a time, threshold 1) with every running sum
+    kept as a tensor, so that autograd differentiates it in ``hidden`` and in ``alphas`` (``loop_cif`` reads each
+    alpha as a Python float: no gradient reaches the alphas).
+
+    hidden [B, T, D], alphas [B, T], num_tokens [B] -> per utterance: its embeddings [n, D], n <= num_tokens[b]
+    (a tail token is kept, divided by its mass, while fewer than num_tokens have fired).
+    """
+    out = []
+    for b in range(hidden.shape[0]):
+        wanted = int(num_tokens[b])
+        embeddings = []
+        acc = alphas.new_zeros(())  # the mass of the token being integrated
+        current = hidden.new_zeros(hidden.shape[2])  # [D]
+        for t in range(hidden.shape[1]):
+            remaining = alphas[b, t]
+            while len(embeddings) < wanted and bool(acc + remaining >= 1.0):
+                part = 1.0 - acc
+                embeddings.append(current + part * hidden[b, t])
+                current, acc = torch.zeros_like(current), torch.zeros_like(acc)
+                remaining = remaining - part
+            if len(embeddings) < wanted:
+                acc = acc + remaining
+                current = current + remaining * hidden[b, t]
+        if len(embeddings) < wanted and bool(acc > 0):
+            embeddings.append(current / acc)
+        out.append(torch.stack(embeddings) if embeddings else hidden.new_zeros(0, hidden.shape[2]))
+    return out
