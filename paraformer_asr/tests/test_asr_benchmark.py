@@ -17,7 +17,9 @@ def test_cif_benchmark_reports_speedup_and_agreement(tmp_path, capsys):
     args = ["--batch", "2", "--frames", "40", "--dim", "8", "--repeats", "1", "--loop-repeats", "1", "--out", str(out)]
     assert run_main(load_script("benchmark").main, args) == 0
     cif = json.loads(out.read_text())["cif"]
-    assert cif["batch"] == 2 and cif["speedup"] > 0 and cif["max_abs_diff"] < 1e-5
+    assert (cif["batch"], cif["frames"], cif["dim"]) == (2, 40, 8) and cif["max_abs_diff"] < 1e-5
+    assert cif["vectorised_ms"] > 0 and cif["loop_ms"] > 0
+    assert cif["speedup"] == pytest.approx(cif["loop_ms"] / cif["vectorised_ms"])  # the two times it measured
 
 
 @pytest.mark.slow
