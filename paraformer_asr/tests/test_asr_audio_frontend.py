@@ -2,7 +2,6 @@
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -183,11 +182,19 @@ def test_spec_augment_deterministic_per_generator_and_disabled_is_identity():
 
 
 def test_spec_augment_time_width_capped_by_short_utterances():
-    out = SpecAugment(freq_masks=0, freq_width=0, time_masks=3, time_width=50)(
-        torch.ones(4, 8), torch.Generator().manual_seed(1)
-    )
-    assert out.shape == (4, 8)
-    np.testing.assert_array_equal((out == 0).all(dim=1).numpy() | (out == 1).all(dim=1).numpy(), True)
+    """time_width 50 on 8 frames: a band's width is drawn from U{0..8} (the cap at T), so each of 0..8 masked frames
+    comes about equally often (100 of 900 draws); uncapped, a width above 8 would start before the first frame and
+    mask the whole utterance in most draws."""
+    augment = SpecAugment(freq_masks=0, freq_width=0, time_masks=1, time_width=50)
+    masked_frames = []
+    for seed in range(900):
+        out = augment(torch.ones(8, 4), torch.Generator().manual_seed(seed))
+        assert out.shape == (8, 4)
+        masked = (out == 0).all(dim=1)  # [T]
+        assert bool((masked | (out == 1).all(dim=1)).all()) and len(mask_runs(masked)) <= 1  # one band of frames
+        masked_frames.append(int(masked.sum()))
+    counts = [masked_frames.count(width) for width in range(9)]
+    assert sum(counts) == 900 and all(60 <= count <= 140 for count in counts), counts
 
 
 def reference_warp(features: torch.Tensor, centres_hz: torch.Tensor, alpha: float) -> torch.Tensor:
