@@ -7,6 +7,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,9 +18,11 @@ from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.errors import CheckpointError, ConfigError
 from paraformer_asr.models.cif import cif_integrate, dense_cif_integrate, inference_token_count
 
-from asr_helpers import load_script, tiny_raw_config
+from asr_helpers import PROJECT, load_script, script_environment, tiny_raw_config
 
 LOGIT_TOLERANCE = 1e-4  # largest |logit| difference between onnxruntime fp32 and PyTorch on the toy checkpoints
+# Without the optional [onnx] extra the tests that export or run graphs skip (this marker, and the ``exported``
+# fixture); the rest of the file (the dense CIF, the missing extra's message, the shared options) still runs.
 HAS_ORT = importlib.util.find_spec("onnxruntime") is not None and importlib.util.find_spec("onnx") is not None
 needs_onnx = pytest.mark.skipif(not HAS_ORT, reason="the optional [onnx] extra is not installed")
 
@@ -44,14 +49,36 @@ def test_missing_extra_names_it(monkeypatch):
     from paraformer_asr.deploy import onnx_extra
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(onnx_extra.importlib.util, "find_spec",
-                        lambda name, *args: None if name == "onnxruntime" else real(name, *args))
-    with pytest.raises(ConfigError, match=r"missing: onnxruntime.*pip install -e 'paraformer_asr\[onnx\]'"):
+    present = real("json")  # any spec: onnx counts as installed, whether it is or not
+    monkeypatch.setattr(onnx_extra.importlib.util, "find_spec", lambda name, *args: None if name == "onnxruntime"
+                        else present if name == "onnx" else real(name, *args))
+    with pytest.raises(ConfigError, match=r"\(missing: onnxruntime\).*pip install -e 'paraformer_asr\[onnx\]'"):
         onnx_extra.require_onnx()
     infer = load_script("infer")
     from paraformer_asr.cli import run_main
 
     assert run_main(infer.main, ["--backend", "onnx", "--checkpoint", "x", "--toy-split", "val"]) == 2
+
+
+# This file run by pytest with onnx and onnxruntime hidden (import fails, find_spec finds nothing), as if the extra
+# were not installed; the test that runs it is left out of that run.
+WITHOUT_THE_EXTRA = """
+import sys
+
+import pytest
+
+sys.modules["onnx"] = sys.modules["onnxruntime"] = None
+sys.exit(pytest.main([sys.argv[1], "-q", "-rs", "-p", "no:cacheprovider", "-k", "not without_the_extra"]))
+"""
+
+
+def test_the_file_skips_cleanly_without_the_extra():
+    done = subprocess.run([sys.executable, "-c", WITHOUT_THE_EXTRA, str(Path(__file__).resolve())], cwd=PROJECT,
+                          env=script_environment(), capture_output=True, text=True, timeout=600)
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and "skipped" in summary and "failed" not in summary, done.stdout[-3000:]
+    skips = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert skips and all(line.endswith("the optional [onnx] extra is not installed") for line in skips), skips
 
 
 @pytest.mark.parametrize("options", [dict(method="sample"), dict(beam_size=0), dict(method="greedy", lm_order=2),
