@@ -1,4 +1,4 @@
-"""Synthesise a spoken corpus with espeak-ng: WAVs at 16 kHz plus train/val/test JSON Lines manifests.
+"""Synthesise a spoken corpus with espeak-ng: WAVs plus train/val/test JSON Lines manifests.
 
 Default vocabulary: digit strings of --min-digits .. --max-digits digits. The transcript is the compact digit string
 ("407"), spoken digit by digit as words ("four zero seven"); the model predicts the transcript's characters.
@@ -7,29 +7,44 @@ With --transcript spoken the transcript is what is spoken ("four zero seven"): l
 --vocab FILE.json, an object mapping each transcript token to the words spoken for it (tokens are joined with --join,
 default "" for single characters). --phrases commands speaks short voice-assistant commands instead ("turn on the
 kitchen lights", "set a timer for five minutes": 296 phrases, 135 words, data/speech_corpus.py), --phrases FILE the
-phrases of a text file (one per line); the transcript is the phrase.
+phrases of a text file (one per line); the transcript is the phrase. --words keywords draws each utterance as
+--min-words .. --max-words words (aliases of --min-digits / --max-digits: a uniform count, words drawn uniformly with
+replacement, so in any order) from 30 built-in words (colours, animals, directions, yes / no, digits;
+data/speech_corpus.py), --words FILE from one word per line; the transcript is the words joined by spaces.
 
 Voices: an espeak-ng voice is an accent (en, en-us, en-gb-scotland, ...) plus a speaker variant (m1, f3, klatt, ...).
 Variants are split between train, val and test (separately for female and male variants), so test speakers are
 never heard in training. Accents are shared unless --val-accents / --test-accents hold some out: those are spoken
-only in their split, never in training. Per utterance, an accent, a rate (-s), a pitch (-p), a word gap (-g),
-a gain, leading silence and white noise (SNR 20-35 dB) are drawn from a generator seeded by (seed, split, index), so
-the corpus is identical for a given seed whatever --jobs is.
+only in their split, never in training; --train-accents limits training (and a split that holds none out) to the
+accents it names. Per utterance, an accent, a rate (-s, from --rate-range, default 130 200 words a minute), a pitch
+(-p, from --pitch-range, default 25 75), a word gap (-g), a gain, leading silence and white noise (SNR 20-35 dB)
+are drawn from a generator seeded by (seed, split, index), so the corpus is identical for a given seed whatever
+--jobs is.
 
 With --test-phrases K (and --phrases) the test split also holds out sentences: K distinct phrases, each made only of
 words the other phrases speak, are never spoken in training or validation, and the test split speaks only them; the
 script stops with an error if a word of them is missing from the drawn training utterances. corpus.json lists them
-("test_phrases"). Every manifest line carries its voice: "accent" and "speaker" (the variant), for grouped scores.
+("test_phrases"). With --unheard-orders (token draws: --words, --vocab, digits) every val and test transcript is one
+that no training utterance has: a val or test draw that repeats a training transcript is drawn again, so short
+sequences (a single word: all of them are heard) become rarer there; training is the same as without the option.
+corpus.json records "unheard_orders", and per split "heard_in_training" and "words_per_utterance". Every manifest
+line carries its voice: "accent" and "speaker" (the variant), for grouped scores.
 
-With --word-times (and --transcript spoken) every word is synthesised on its own, trimmed to its audible part and
-joined to the next with a pause (data/word_timing.py); each manifest line then has
+With --word-times (and --transcript spoken, or --words) every word is synthesised on its own, trimmed to its audible
+part and joined to the next with a pause (data/word_timing.py); each manifest line then has
 "words": [{"word", "start_ms", "end_ms"}], the ground truth of eval.py's word_boundary_mae_ms.
 
 Usage (from paraformer_asr/):
     python scripts/make_speech_corpus.py --out /path/to/speech --num-train 3000 --num-val 300 --num-test 300
     python scripts/make_speech_corpus.py --out /path/to/commands --num-train 1600 --num-val 200 --num-test 300 \
         --phrases commands --val-accents en-gb-x-gbcwmd --test-accents en-gb-scotland,en-029 [--test-phrases 40]
-Writes OUT/wavs/<split>/<split>_NNNNNN.wav, OUT/train.jsonl, OUT/val.jsonl, OUT/test.jsonl, OUT/corpus.json.
+    # the hard development corpus: 1-4 random words, unheard val / test accents and speakers
+    python scripts/make_speech_corpus.py --out /path/to/hard --num-train 1600 --num-val 200 --num-test 240 \
+        --words keywords --min-words 1 --max-words 4 --sample-rate 22050 --train-accents en-us,en,en-gb-x-rp \
+        --val-accents en-gb-x-gbcwmd --test-accents en-gb-scotland,en-029,en-us-nyc --rate-range 130 200 \
+        --pitch-range 25 75 --seed 0 [--unheard-orders]
+Writes OUT/wavs/<split>/<split>_NNNNNN.wav (at --sample-rate, default 16000 Hz), OUT/train.jsonl, OUT/val.jsonl,
+OUT/test.jsonl, OUT/corpus.json.
 """
 
 from __future__ import annotations
@@ -38,7 +53,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from paraformer_asr.data.espeak_corpus import check_options, generate
+from paraformer_asr.data.espeak_corpus import PITCH, RATE_WPM, check_options, generate
 from paraformer_asr.errors import UserError
 
 
@@ -49,19 +64,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--num-val", type=int, default=300)
     parser.add_argument("--num-test", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-digits", type=int, default=1, help="fewest tokens per utterance")
-    parser.add_argument("--max-digits", type=int, default=7, help="most tokens per utterance")
+    parser.add_argument("--min-digits", "--min-words", dest="min_digits", type=int, default=1,
+                        help="fewest tokens (digits, words) per utterance")
+    parser.add_argument("--max-digits", "--max-words", dest="max_digits", type=int, default=7,
+                        help="most tokens (digits, words) per utterance")
     parser.add_argument("--jobs", type=int, default=2, help="parallel espeak-ng processes")
     parser.add_argument("--sample-rate", type=int, default=16000)
     parser.add_argument("--vocab", type=Path, default=None,
                         help="JSON object {transcript token: spoken words}; default: digits 0-9")
-    parser.add_argument("--join", default="", help="string between transcript tokens (default: none)")
+    parser.add_argument("--words", default=None,
+                        help="'keywords': the 30 built-in words; or a text file with one word per line. Each "
+                             "utterance speaks --min-words .. --max-words of them drawn at random, its transcript "
+                             "the words joined by spaces")
+    parser.add_argument("--join", default=None,
+                        help="string between transcript tokens (default: none; a space with --words)")
     parser.add_argument("--transcript", choices=("tokens", "spoken"), default="tokens",
                         help="tokens: the vocabulary's tokens joined with --join ('407'); "
                              "spoken: the spoken words ('four zero seven')")
     parser.add_argument("--phrases", default=None,
                         help="'commands': the built-in short command phrases; or a text file with one phrase per "
                              "line. Each utterance speaks one phrase, its transcript (instead of digits)")
+    parser.add_argument("--train-accents", default=None,
+                        help="comma-separated accents spoken in training (default: every accent not held out), "
+                             "e.g. en-us,en,en-gb-x-rp")
     parser.add_argument("--val-accents", default=None,
                         help="comma-separated accents spoken only in val, never in training (e.g. en-gb-x-gbcwmd)")
     parser.add_argument("--test-accents", default=None,
@@ -70,14 +95,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--test-phrases", type=int, default=None, metavar="K",
                         help="with --phrases: hold K phrases out of training and validation; the test split speaks "
                              "only them (unheard sentences of known words)")
+    parser.add_argument("--unheard-orders", action="store_true",
+                        help="every val and test transcript is a token sequence no training utterance has "
+                             "(not with --phrases)")
+    parser.add_argument("--rate-range", type=int, nargs=2, default=list(RATE_WPM), metavar=("LOW", "HIGH"),
+                        help="speaking rate drawn per utterance, words a minute (default: "
+                             f"{RATE_WPM[0]} {RATE_WPM[1]})")
+    parser.add_argument("--pitch-range", type=int, nargs=2, default=list(PITCH), metavar=("LOW", "HIGH"),
+                        help="espeak-ng pitch drawn per utterance, 0-99 (default: "
+                             f"{PITCH[0]} {PITCH[1]})")
     parser.add_argument("--word-times", action="store_true",
                         help="synthesise word by word, joined with pauses, and write each word's times into the "
-                             "manifest (needs --transcript spoken)")
+                             "manifest (needs --transcript spoken or --words)")
     parser.add_argument("--val-voice-fraction", type=float, default=0.12,
                         help="share of speaker variants held out for val")
     parser.add_argument("--test-voice-fraction", type=float, default=0.15,
                         help="share of speaker variants held out for test")
     args = parser.parse_args(argv)
+    if args.join is None:
+        args.join = " " if args.words is not None else ""
     check_options(args)
     return args
 

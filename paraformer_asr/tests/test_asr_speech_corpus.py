@@ -1,23 +1,28 @@
-"""The synthetic corpus's phrases and held-out accents (data/speech_corpus.py, make_speech_corpus.py --phrases,
---val-accents, --test-accents)."""
+"""The synthetic corpus's phrases, random words and held-out accents (data/speech_corpus.py, make_speech_corpus.py
+--phrases, --words, --train-accents, --val-accents, --test-accents, --unheard-orders, --rate-range, --pitch-range)."""
 
 import json
 import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from paraformer_asr.data import espeak_corpus
 from paraformer_asr.data.manifest import read_manifest
-from paraformer_asr.data.speech_corpus import (command_phrases, hold_out_phrases, load_phrases, parse_accent_list,
-                                               phrase_vocabulary, split_accents, unheard_words)
+from paraformer_asr.data.audio import read_audio
+from paraformer_asr.data.speech_corpus import (KEYWORDS, command_phrases, hold_out_phrases, load_phrases, load_words,
+                                               parse_accent_list, phrase_vocabulary, split_accents, unheard_words)
 from paraformer_asr.errors import DataError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 ACCENTS = ["en", "en-us", "en-gb-scotland", "en-029"]
+HARD = ["--words", "keywords", "--min-words", "1", "--max-words", "4", "--train-accents", "en-us,en,en-gb-x-rp",
+        "--val-accents", "en-gb-x-gbcwmd", "--test-accents", "en-gb-scotland,en-029,en-us-nyc"]  # the hard corpus's
+VARIANTS = {"train": ["m1", "f1"], "val": ["f2"], "test": ["m2"]}
 
 from asr_helpers import load_script
 
@@ -161,3 +166,144 @@ def test_tiny_commands_corpus_holds_accents_out(tmp_path):
         assert all(entry.text in command_phrases() for entry in read_manifest(out / f"{split}.jsonl"))
     tags = [json.loads(line) for line in (out / "test.jsonl").read_text().splitlines()]
     assert {line["accent"] for line in tags} <= {"en-gb-scotland", "en-029"} and all(line["speaker"] for line in tags)
+
+
+def hard_plans(tmp_path, *extra, num_train="1600", num_val="200", num_test="240"):
+    """The plans of the hard development corpus (make_speech_corpus.py's docstring) with ``extra`` options."""
+    script = load_script("make_speech_corpus")
+    args = script.parse_args(["--out", str(tmp_path), "--num-train", num_train, "--num-val", num_val,
+                              "--num-test", num_test, *HARD, *extra])
+    accents = split_accents(espeak_corpus.ACCENTS, parse_accent_list(args.val_accents, "v", espeak_corpus.ACCENTS),
+                            parse_accent_list(args.test_accents, "t", espeak_corpus.ACCENTS),
+                            parse_accent_list(args.train_accents, "r", espeak_corpus.ACCENTS))
+    vocabulary = espeak_corpus.load_vocabulary(args.vocab, args.words)
+    return espeak_corpus.plan_utterances(args, vocabulary, VARIANTS, accents)
+
+
+def test_built_in_words_and_word_files(tmp_path):
+    assert len(KEYWORDS) == len(set(KEYWORDS)) == 30 and load_words("keywords") == KEYWORDS
+    assert all(re.fullmatch(r"[a-z]+", word) for word in KEYWORDS)
+    assert {"red", "dog", "left", "yes", "no", "zero", "nine"} <= set(KEYWORDS)
+    path = tmp_path / "words.txt"
+    path.write_text(" apple\n\nbanana \napple\n", encoding="utf-8")
+    assert load_words(str(path)) == ["apple", "banana"]
+    assert espeak_corpus.load_vocabulary(None, str(path)) == {"apple": "apple", "banana": "banana"}
+    path.write_text("apple\nice cream\n", encoding="utf-8")
+    with pytest.raises(DataError, match="words.txt, line 2: one word per line, got 'ice cream'"):
+        load_words(str(path))
+    (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
+    with pytest.raises(DataError, match="empty.txt holds no word"):
+        load_words(str(tmp_path / "empty.txt"))
+    with pytest.raises(DataError, match="cannot read word file .*missing.txt.*'keywords'"):
+        load_words(str(tmp_path / "missing.txt"))
+
+
+def test_word_draws_are_uniform_in_count_and_use_only_the_vocabulary(tmp_path):
+    plans = hard_plans(tmp_path, num_train="4000", num_val="0", num_test="0")
+    lengths = Counter(len(plan.text.split(" ")) for plan in plans)
+    assert sorted(lengths) == [1, 2, 3, 4] and all(abs(n - 1000) < 100 for n in lengths.values())  # 1000 +- 3 sd
+    words = Counter(word for plan in plans for word in plan.text.split(" "))
+    assert set(words) == set(KEYWORDS)  # only vocabulary words, every one drawn
+    expected = sum(words.values()) / 30
+    assert all(abs(n - expected) < 4 * expected ** 0.5 for n in words.values())  # uniform over the words
+    assert all(plan.spoken == plan.text for plan in plans)  # transcript = the spoken words joined by spaces
+    pairs = Counter(tuple(plan.text.split()) for plan in plans if len(plan.text.split()) == 2)
+    assert len(pairs) > 600 and any(pair[0] == pair[1] for pair in pairs)  # any order, with replacement
+    assert hard_plans(tmp_path, num_train="4000", num_val="0", num_test="0") == plans  # a function of the seed
+
+
+def test_train_accents_narrow_training_and_held_out_accents_never_reach_it(tmp_path):
+    splits = split_accents(ACCENTS, ["en-029"], ["en-gb-scotland"], ["en-us"])
+    assert splits == {"train": ["en-us"], "val": ["en-029"], "test": ["en-gb-scotland"]}
+    shared = split_accents(ACCENTS, [], [], ["en", "en-us"])  # the splits that hold none out share training's
+    assert shared == {split: ["en", "en-us"] for split in ("train", "val", "test")}
+    with pytest.raises(DataError, match="both trained on and held out: en-029"):
+        split_accents(ACCENTS, [], ["en-029"], ["en", "en-029"])
+    plans = hard_plans(tmp_path)
+    used = {split: {plan.accent for plan in plans if plan.split == split} for split in ("train", "val", "test")}
+    assert used == {"train": {"en-us", "en", "en-gb-x-rp"}, "val": {"en-gb-x-gbcwmd"},
+                    "test": {"en-gb-scotland", "en-029", "en-us-nyc"}}
+    manifest = tmp_path / "train.jsonl"
+    train = [plan for plan in plans if plan.split == "train"]
+    espeak_corpus.write_manifest(manifest, train, [None] * len(train))
+    lines = [json.loads(line) for line in manifest.read_text().splitlines()]
+    assert len(lines) == 1600 and {line["accent"] for line in lines} == {"en-us", "en", "en-gb-x-rp"}
+    assert {line["speaker"] for line in lines} == {"m1", "f1"}
+
+
+def test_unheard_orders_keep_training_and_give_val_and_test_only_unheard_sequences(tmp_path):
+    plain, unheard = hard_plans(tmp_path), hard_plans(tmp_path, "--unheard-orders")
+    train = [plan for plan in plain if plan.split == "train"]
+    assert [plan for plan in unheard if plan.split == "train"] == train  # training is the same corpus
+    heard = {plan.text for plan in train}
+    assert sum(plan.text in heard for plan in plain if plan.split != "train") > 50  # random draws repeat training
+    held_out = [plan for plan in unheard if plan.split != "train"]
+    assert len(held_out) == 440 and not {plan.text for plan in held_out} & heard
+    assert all(set(plan.text.split()) <= set(KEYWORDS) for plan in held_out)
+    assert {plan.accent for plan in held_out if plan.split == "test"} == {"en-gb-scotland", "en-029", "en-us-nyc"}
+    assert espeak_corpus.words_per_utterance(held_out)["4"] > 60  # longer draws are kept
+    path = tmp_path / "two.txt"
+    path.write_text("yes\nno\n", encoding="utf-8")  # 2 single words, both heard in 40 training draws
+    with pytest.raises(DataError, match="--unheard-orders: 1000 draws for val utterance 0 all repeat"):
+        hard_plans(tmp_path, "--unheard-orders", "--words", str(path), "--max-words", "1", num_train="40")
+
+
+def test_rate_and_pitch_ranges_are_drawn_from_and_default_to_the_old_ones(tmp_path):
+    plans = hard_plans(tmp_path, "--rate-range", "150", "160", "--pitch-range", "40", "41", num_val="0",
+                       num_test="0", num_train="300")
+    assert {plan.rate for plan in plans} == set(range(150, 161)) and {plan.pitch for plan in plans} == {40, 41}
+    args = load_script("make_speech_corpus").parse_args(["--out", str(tmp_path)])
+    assert args.rate_range == [130, 200] and args.pitch_range == [25, 75] and args.join == ""
+
+
+def test_conflicting_or_bad_word_and_voice_options_exit_2(tmp_path, capsys):
+    script = load_script("make_speech_corpus")
+
+    def run(*args):
+        status = script.main(["--out", str(tmp_path / "c"), *args])
+        return status, capsys.readouterr().err
+
+    status, err = run("--words", "keywords", "--phrases", "commands")
+    assert status == 2 and "--words excludes --vocab and --phrases" in err
+    status, err = run("--words", "keywords", "--join", "_")
+    assert status == 2 and "--words transcribes the words joined by spaces" in err
+    status, err = run("--phrases", "commands", "--unheard-orders")
+    assert status == 2 and "--unheard-orders draws token sequences, so it excludes --phrases" in err
+    status, err = run("--rate-range", "200", "130")
+    assert status == 2 and "--rate-range needs 80 <= LOW <= HIGH <= 450, got 200 130" in err
+    status, err = run("--pitch-range", "25", "120")
+    assert status == 2 and "--pitch-range needs 0 <= LOW <= HIGH <= 99" in err
+    if shutil.which("espeak-ng") is not None:  # the next checks come after the espeak-ng check
+        status, err = run("--train-accents", "en,en-029", "--test-accents", "en-029", "--num-train", "1")
+        assert status == 2 and "both trained on and held out: en-029" in err
+        status, err = run("--words", str(tmp_path / "nope.txt"), "--num-train", "1")
+        assert status == 2 and "cannot read word file" in err
+    assert not (tmp_path / "c" / "train.jsonl").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (apt-get install espeak-ng)")
+def test_tiny_hard_corpus_has_random_words_unheard_voices_and_22050_hz(tmp_path):
+    out = tmp_path / "hard"
+    result = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--num-train", "6", "--num-val", "3",
+                             "--num-test", "3", *HARD, "--sample-rate", "22050", "--rate-range", "130", "200",
+                             "--pitch-range", "25", "75", "--unheard-orders", "--seed", "1"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "corpus.json").read_text())
+    assert summary["words"] == "keywords" and summary["unheard_orders"] is True and summary["sample_rate"] == 22050
+    assert summary["rate_range"] == [130, 200] and summary["pitch_range"] == [25, 75]
+    assert summary["splits"]["val"]["heard_in_training"] == summary["splits"]["test"]["heard_in_training"] == 0
+    lines = {split: [json.loads(line) for line in (out / f"{split}.jsonl").read_text().splitlines()]
+             for split in ("train", "val", "test")}
+    assert {line["accent"] for line in lines["train"]} <= {"en-us", "en", "en-gb-x-rp"}
+    assert {line["accent"] for line in lines["val"]} == {"en-gb-x-gbcwmd"}
+    assert {line["accent"] for line in lines["test"]} <= {"en-gb-scotland", "en-029", "en-us-nyc"}
+    assert not {line["text"] for line in lines["test"]} & {line["text"] for line in lines["train"]}
+    for split, entries in lines.items():
+        assert len(entries) == {"train": 6, "val": 3, "test": 3}[split]
+        assert not {line["speaker"] for line in entries} - set(summary["splits"][split]["variants"])
+        for entry in entries:
+            assert 1 <= len(entry["text"].split(" ")) <= 4 and set(entry["text"].split(" ")) <= set(KEYWORDS)
+            samples, rate = read_audio(out / entry["audio"])
+            assert rate == 22050 and samples.shape[0] == 1 and 0.3 < samples.shape[1] / rate < 10

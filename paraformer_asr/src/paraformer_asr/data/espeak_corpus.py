@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,8 +25,8 @@ from tqdm import tqdm
 
 from paraformer_asr.data.audio import read_audio, write_audio
 from paraformer_asr.data.resample import resample
-from paraformer_asr.data.speech_corpus import (hold_out_phrases, load_phrases, parse_accent_list, phrase_vocabulary,
-                                               split_accents, unheard_words)
+from paraformer_asr.data.speech_corpus import (hold_out_phrases, load_phrases, load_words, parse_accent_list,
+                                               phrase_vocabulary, split_accents, unheard_words)
 from paraformer_asr.data.word_timing import draw_pauses, join_words
 from paraformer_asr.errors import DataError, UserError
 
@@ -40,8 +41,11 @@ MALE_VARIANTS = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "Alex", "adam",
                  "ed", "edward", "Gene", "grandpa", "john", "klatt", "klatt2", "klatt3", "Lee", "max", "Michael",
                  "Mike", "paul", "quincy", "robert", "travis", "victor"]
 SPLITS = ("train", "val", "test")
-RATE_WPM = (130, 200)
-PITCH = (25, 75)
+RATE_WPM = (130, 200)  # default --rate-range
+PITCH = (25, 75)  # default --pitch-range
+ESPEAK_RATE_WPM = (80, 450)  # what espeak-ng's -s accepts
+ESPEAK_PITCH = (0, 99)
+UNHEARD_DRAWS = 1000  # --unheard-orders: draws per val / test utterance before giving up
 WORD_GAP_10MS = (0, 4)
 SNR_DB = (20.0, 35.0)
 PEAK = (0.3, 0.95)
@@ -85,22 +89,36 @@ def check_options(args) -> None:
         raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
     if args.phrases is not None and args.vocab is not None:
         raise UserError("--phrases and --vocab exclude each other: the phrases are what is spoken")
+    if args.words is not None and (args.vocab is not None or args.phrases is not None):
+        raise UserError("--words excludes --vocab and --phrases: the words are what is spoken")
+    if args.words is not None and args.join != " ":
+        raise UserError("--words transcribes the words joined by spaces: leave out --join")
+    if args.unheard_orders and args.phrases is not None:
+        raise UserError("--unheard-orders draws token sequences, so it excludes --phrases (--test-phrases holds "
+                        "phrases out)")
     if args.test_phrases is not None and args.phrases is None:
         raise UserError("--test-phrases holds phrases out, so it needs --phrases")
     if args.test_phrases is not None and args.test_phrases < 1:
         raise UserError(f"--test-phrases must be >= 1, got {args.test_phrases}")
-    if args.word_times and args.transcript != "spoken" and args.phrases is None:
+    if args.word_times and args.transcript != "spoken" and args.phrases is None and args.words is None:
         raise UserError("--word-times times the spoken words, so the transcript must be them: add --transcript spoken")
     if args.jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     if args.sample_rate < 8000:
         raise UserError(f"--sample-rate must be >= 8000, got {args.sample_rate}")
+    for name, (low, high), (lowest, highest) in (("--rate-range", args.rate_range, ESPEAK_RATE_WPM),
+                                                 ("--pitch-range", args.pitch_range, ESPEAK_PITCH)):
+        if not lowest <= low <= high <= highest:
+            raise UserError(f"{name} needs {lowest} <= LOW <= HIGH <= {highest}, got {low} {high}")
     for name in ("val_voice_fraction", "test_voice_fraction"):
         if not 0.0 < getattr(args, name) < 0.5:
             raise UserError(f"--{name.replace('_', '-')} must be in (0, 0.5), got {getattr(args, name)}")
 
 
-def load_vocabulary(path: Path | None) -> dict[str, str]:
+def load_vocabulary(path: Path | None, words: str | None = None) -> dict[str, str]:
+    """--vocab FILE.json ({token: spoken words}); --words (each word a token spoken as itself); else the digits."""
+    if words is not None:
+        return {word: word for word in load_words(words)}
     if path is None:
         return dict(DIGIT_WORDS)
     try:
@@ -155,20 +173,32 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
 
     accents: the accents each split draws from (default: all of ACCENTS everywhere); phrases: the phrases each split
     draws from (:func:`phrases_per_split`); each utterance speaks one, transcribed as itself, instead of the
-    vocabulary's tokens."""
+    vocabulary's tokens. Otherwise an utterance is --min-digits .. --max-digits tokens (a uniform count) drawn
+    uniformly with replacement; with ``args.unheard_orders`` a val or test draw whose transcript a training
+    utterance has is drawn again (training is planned first and is the same with or without it)."""
     tokens = sorted(vocabulary)
     accents = accents or {split: ACCENTS for split in SPLITS}
     plans = []
+    heard: set[str] = set()  # the training transcripts
     for split_index, (split, count) in enumerate(zip(SPLITS, (args.num_train, args.num_val, args.num_test))):
         for index in range(count):
             rng = np.random.default_rng(np.random.SeedSequence([args.seed, split_index, index]))
             if phrases is None:
-                length = int(rng.integers(args.min_digits, args.max_digits + 1))
-                chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
-                spoken = " ".join(vocabulary[token] for token in chosen)
-                text = spoken if args.transcript == "spoken" else args.join.join(chosen)
+                for _ in range(UNHEARD_DRAWS):
+                    length = int(rng.integers(args.min_digits, args.max_digits + 1))
+                    chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
+                    spoken = " ".join(vocabulary[token] for token in chosen)
+                    text = spoken if args.transcript == "spoken" else args.join.join(chosen)
+                    if split == "train" or not args.unheard_orders or text not in heard:
+                        break
+                else:
+                    raise DataError(f"--unheard-orders: {UNHEARD_DRAWS} draws for {split} utterance {index} all "
+                                    f"repeat a training transcript (raise --max-digits / --max-words or give more "
+                                    f"tokens)")
             else:
                 spoken = text = phrases[split][int(rng.integers(0, len(phrases[split])))]
+            if split == "train":
+                heard.add(text)
             variant = variants[split][int(rng.integers(0, len(variants[split])))]
             accent = accents[split][int(rng.integers(0, len(accents[split])))]
             plans.append(UtterancePlan(
@@ -178,8 +208,8 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
                 spoken=spoken,
                 voice=f"{accent}+{variant}",
                 variant=variant,
-                rate=int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
-                pitch=int(rng.integers(PITCH[0], PITCH[1] + 1)),
+                rate=int(rng.integers(args.rate_range[0], args.rate_range[1] + 1)),
+                pitch=int(rng.integers(args.pitch_range[0], args.pitch_range[1] + 1)),
                 word_gap=int(rng.integers(WORD_GAP_10MS[0], WORD_GAP_10MS[1] + 1)),
                 snr_db=float(rng.uniform(*SNR_DB)),
                 peak=float(rng.uniform(*PEAK)),
@@ -248,6 +278,12 @@ def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path,
     return noisy.numel() / sample_rate, timed
 
 
+def words_per_utterance(plans: list[UtterancePlan]) -> dict[str, int]:
+    """{spoken word count: utterances}, counts in increasing order (JSON keys are strings)."""
+    counts = Counter(len(plan.spoken.split()) for plan in plans)
+    return {str(count): counts[count] for count in sorted(counts)}
+
+
 def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict] | None]) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for plan, timed in zip(plans, words):
@@ -259,14 +295,15 @@ def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict
 
 
 def generate(args) -> dict:
-    vocabulary = load_vocabulary(args.vocab)
+    vocabulary = load_vocabulary(args.vocab, args.words)
     data_folder = espeak_data_folder()
     variants = split_variants(
         available(FEMALE_VARIANTS, data_folder), available(MALE_VARIANTS, data_folder), args.seed,
         args.val_voice_fraction, args.test_voice_fraction,
     )
     accents = split_accents(ACCENTS, parse_accent_list(args.val_accents, "--val-accents", ACCENTS),
-                            parse_accent_list(args.test_accents, "--test-accents", ACCENTS))
+                            parse_accent_list(args.test_accents, "--test-accents", ACCENTS),
+                            parse_accent_list(args.train_accents, "--train-accents", ACCENTS))
     phrases = load_phrases(args.phrases) if args.phrases is not None else None
     per_split, held_out = phrases_per_split(phrases, args.test_phrases, args.seed)
     plans = plan_utterances(args, vocabulary, variants, accents, per_split)
@@ -283,14 +320,16 @@ def generate(args) -> dict:
                         plans)
         results = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
     durations = [duration for duration, _ in results]
+    heard = {plan.text for plan in plans if plan.split == "train"}
     elapsed = time.perf_counter() - started
     text_source = ({"phrases": args.phrases, "distinct_phrases": len(set(phrases)),
                     "distinct_words": len(phrase_vocabulary(phrases)), "test_phrases": held_out}
                    if phrases is not None else
-                   {"vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
-                    "min_tokens": args.min_digits, "max_tokens": args.max_digits})
+                   {"words": args.words, "vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
+                    "min_tokens": args.min_digits, "max_tokens": args.max_digits,
+                    "unheard_orders": args.unheard_orders})
     summary = {"seed": args.seed, "sample_rate": args.sample_rate, **text_source, "word_times": args.word_times,
-               "accents": ACCENTS,
+               "accents": ACCENTS, "rate_range": list(args.rate_range), "pitch_range": list(args.pitch_range),
                "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
     for split in SPLITS:
         chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
@@ -307,7 +346,10 @@ def generate(args) -> dict:
             "accents": accents[split],
             "accents_used": sorted({plan.accent for plan in split_plans}),
             "distinct_phrases": len({plan.text for plan in split_plans}),
+            "words_per_utterance": words_per_utterance(split_plans),
         }
+        if split != "train":  # how many of its transcripts training also speaks (0 with --unheard-orders)
+            summary["splits"][split]["heard_in_training"] = sum(plan.text in heard for plan in split_plans)
     summary["total_hours"] = round(sum(s["hours"] for s in summary["splits"].values()), 4)
     summary["example"] = asdict(plans[0])
     (args.out / "corpus.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -5,6 +5,10 @@ grammar (:func:`command_phrases`: rooms, devices, numbers, cities, people, actio
 punctuation); ``--phrases FILE`` reads one phrase per line (:func:`load_phrases`). Each utterance speaks one phrase
 drawn uniformly, and its transcript is the phrase.
 
+Words: ``--words keywords`` draws every utterance as 1..K words, with replacement and in any order, from a built-in
+list of 30 short words (:data:`KEYWORDS`: colours, animals, directions, yes / no, digits); ``--words FILE`` from one
+word per line (:func:`load_words`). The transcript is the words joined by spaces: no phrase list an LM could learn.
+
 Held-out sentences: ``--test-phrases K`` (:func:`hold_out_phrases`) keeps K distinct phrases out of training and
 validation, each made only of words that the remaining phrases also speak; the test split speaks only those, so its
 sentences are unheard while every word of them is known (:func:`unheard_words` checks the drawn training utterances).
@@ -12,6 +16,7 @@ sentences are unheard while every word of them is known (:func:`unheard_words` c
 Accents: an espeak-ng voice is an accent plus a speaker variant. Speaker variants are always split between train,
 val and test; accents are shared unless some are held out (:func:`split_accents`): an accent given for val or test
 is spoken only in that split, never in training, so a model is chosen and tested on accents it has not heard.
+``--train-accents`` narrows training (and the splits that hold none out) to the accents it names.
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ import numpy as np
 from paraformer_asr.errors import DataError
 
 BUILT_IN_PHRASES = "commands"
+BUILT_IN_WORDS = "keywords"
+KEYWORDS = [
+    "red", "green", "blue", "yellow", "black", "white",  # colours
+    "cat", "dog", "bird", "fish", "horse", "cow",  # animals
+    "up", "down", "left", "right", "north", "south",  # directions
+    "yes", "no",
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",  # digits
+]
 
 _ROOMS = ["kitchen", "bedroom", "living room", "bathroom", "office", "hallway", "garage"]
 _SWITCHABLE = ["lights", "lamp", "fan", "heater", "radio", "television"]
@@ -95,6 +108,29 @@ def load_phrases(spec: str) -> list[str]:
     return phrases
 
 
+def load_words(spec: str) -> list[str]:
+    """``keywords`` -> :data:`KEYWORDS`; otherwise ``spec`` is a UTF-8 text file with one word per line (blank lines
+    skipped, surrounding spaces stripped, duplicates dropped, first-seen order). DataError names the file, or the
+    line that holds more than one word."""
+    if spec == BUILT_IN_WORDS:
+        return list(KEYWORDS)
+    path = Path(spec)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cannot read word file {path}: {err} (give a text file with one word per line, or "
+                        f"'{BUILT_IN_WORDS}' for the built-in words)") from None
+    words = []
+    for number, line in enumerate(lines, start=1):
+        if len(line.split()) > 1:
+            raise DataError(f"word file {path}, line {number}: one word per line, got {line.strip()!r}")
+        if line.strip() and line.strip() not in words:
+            words.append(line.strip())
+    if not words:
+        raise DataError(f"word file {path} holds no word (one word per line)")
+    return words
+
+
 def parse_accent_list(text: str | None, option: str, known: list[str]) -> list[str]:
     """'en-029,en-gb-scotland' -> ['en-029', 'en-gb-scotland'], each checked against ``known``; None -> []."""
     if text is None:
@@ -110,14 +146,19 @@ def parse_accent_list(text: str | None, option: str, known: list[str]) -> list[s
     return accents
 
 
-def split_accents(accents: list[str], val_accents: list[str], test_accents: list[str]) -> dict[str, list[str]]:
+def split_accents(accents: list[str], val_accents: list[str], test_accents: list[str],
+                  train_accents: list[str] | None = None) -> dict[str, list[str]]:
     """The accents each split draws from. Held-out val / test accents are spoken only in their split; the others
-    are spoken in training and, where a split holds none out, in that split too. Keeps ``accents``' order."""
+    (or only ``train_accents`` where given) are spoken in training and, where a split holds none out, in that split
+    too. Keeps ``accents``' order."""
     overlap = sorted(set(val_accents) & set(test_accents))
     if overlap:
         raise DataError(f"an accent cannot be held out for both val and test: {', '.join(overlap)}")
     held_out = set(val_accents) | set(test_accents)
-    train = [name for name in accents if name not in held_out]
+    overlap = sorted(set(train_accents or []) & held_out)
+    if overlap:
+        raise DataError(f"an accent cannot be both trained on and held out: {', '.join(overlap)}")
+    train = [name for name in accents if name not in held_out and (not train_accents or name in train_accents)]
     if not train:
         raise DataError("every accent is held out for val or test: training needs at least one")
     return {
