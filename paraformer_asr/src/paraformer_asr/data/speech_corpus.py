@@ -97,15 +97,20 @@ def load_phrases(spec: str) -> list[str]:
     if spec == BUILT_IN_PHRASES:
         return command_phrases()
     path = Path(spec)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"cannot read phrase file {path}: {err} (give a text file with one phrase per line, or "
-                        f"'{BUILT_IN_PHRASES}' for the built-in command phrases)") from None
+    lines = _text_lines(path, "phrase", BUILT_IN_PHRASES)
     phrases = [normalise_phrase(line) for line in lines if line.strip()]
     if not phrases:
         raise DataError(f"phrase file {path} holds no phrase (one phrase per line)")
     return phrases
+
+
+def _text_lines(path: Path, kind: str, built_in: str) -> list[str]:
+    """The lines of a UTF-8 text file of one `kind` (phrase, word) per line; DataError names the file."""
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cannot read {kind} file {path}: {err} (give a text file with one {kind} per line, or "
+                        f"'{built_in}' for the built-in {kind}s)") from None
 
 
 def load_words(spec: str) -> list[str]:
@@ -115,11 +120,7 @@ def load_words(spec: str) -> list[str]:
     if spec == BUILT_IN_WORDS:
         return list(KEYWORDS)
     path = Path(spec)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DataError(f"cannot read word file {path}: {err} (give a text file with one word per line, or "
-                        f"'{BUILT_IN_WORDS}' for the built-in words)") from None
+    lines = _text_lines(path, "word", BUILT_IN_WORDS)
     words = []
     for number, line in enumerate(lines, start=1):
         if len(line.split()) > 1:
