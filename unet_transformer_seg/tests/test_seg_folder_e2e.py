@@ -111,9 +111,10 @@ def test_mixed_sizes_train_with_random_crops_and_evaluate_tiled_at_native_size(t
         assert scores[key] == pytest.approx(value, abs=1e-9), key
     rows = list(csv.DictReader(open(report)))
     assert [(int(row["height"]), int(row["width"])) for row in rows] == [(97, 211), (320, 240), (450, 300)]
-    assert list(rows[0])[:7] == ["stem", "height", "width", "pixel_accuracy", "dice_0", "iou_0", "hd95_0"]
-    dice_per_image = [np.nanmean([float(row[f"dice_{k}"]) if row[f"dice_{k}"] else np.nan for k in (1, 2, 3)])
-                      for row in rows]
+    assert list(rows[0])[:7] == ["stem", "height", "width", "pixel_accuracy", "dice_class_0", "iou_class_0",
+                                  "hd95_class_0"]
+    dice_per_image = [np.nanmean([float(row[f"dice_class_{k}"]) if row[f"dice_class_{k}"] else np.nan
+                                  for k in (1, 2, 3)]) for row in rows]
     assert scores["mean_dice_per_image"] == pytest.approx(np.nanmean(dice_per_image))
 
 
