@@ -16,6 +16,7 @@ INERT_CASES = {
     "data.clip_low": ("[0.0, 0.0, 0.0]", ["data.normalize=dataset", "data.clip_high=[1.0, 1.0, 1.0]"]),
     "data.palette": ("[[0, 0, 0], [1, 1, 1], [2, 2, 2], [3, 3, 3]]", ["data.kind=toy"]),
     "data.ignore_index": ("255", ["data.kind=toy"]),
+    "data.mask_values": ("[0, 255, 7, 9]", ["data.kind=toy"]),
     "data.folds": ("5", ["data.kind=toy", "data.fold=0"]),
     "data.augment.scale_range": ("[0.8, 1.2]", []),
     "data.augment.rotate_degrees": ("10", []),
@@ -52,7 +53,7 @@ def test_no_shipped_config_holds_an_inert_key(path):
     # load_config refuses an inert key; a config with `auto` values is checked again once planned, so plan it
     # with stand-in values here
     overrides = {"data.num_classes": "4", "data.in_channels": "3", "data.image_size": "64", "data.resize_mode": "pad",
-                 "data.normalize": "fixed", "data.foreground_fraction": "0.33", "data.ignore_index": "255",
+                 "data.normalize": "fixed", "data.foreground_fraction": "0.33", "data.ignore_index": "255", "data.mask_values": "null",
                  "train.batch_size": "8", "train.max_steps": "100", "train.val_every_steps": "10"}
     cfg = load_config(path)
     load_config(path, [f"{key}={overrides[key]}" for key in auto_keys(cfg)])

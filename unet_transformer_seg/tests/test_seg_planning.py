@@ -60,6 +60,11 @@ def _small_gray16_objects(rng):  # 16-bit gray, small disks in a large image
     return (rng.integers(1000, 1100, (200, 200)) + 3000 * mask.astype(np.int64)).astype(np.uint16), mask
 
 
+def _binary_0_255(rng):  # 8-bit gray, the foreground stored as 255 (no void)
+    mask = _disk(64, rng.integers(20, 44, 2), 6).astype(np.uint8) * 255
+    return rng.integers(0, 256, (64, 64), dtype=np.uint8), mask
+
+
 def _float_two_channels(rng):  # float, 2 channels, a gain of its own per image
     mask = _disk(120, rng.integers(20, 100, 2), 8).astype(np.uint8) * 2
     image = rng.normal(50, 5, (120, 120, 2)) * rng.uniform(0.2, 5.0)
@@ -75,7 +80,8 @@ def _float_two_channels(rng):  # float, 2 channels, a gain of its own per image
                                      "data.foreground_fraction": 0.33}),
     (_float_two_channels, ".npy", {"data.in_channels": 2, "data.num_classes": 3, "data.ignore_index": None,
                                    "data.normalize": "per_image", "data.resize_mode": "pad"}),
-], ids=["8-bit RGB, large objects", "16-bit gray, small objects", "float, 2 channels, gains"])
+    (_binary_0_255, ".png", {"data.num_classes": 2, "data.ignore_index": None, "data.mask_values": [0, 255]}),
+], ids=["8-bit RGB, large objects", "16-bit gray, small objects", "float, 2 channels, gains", "binary 0/255 masks"])
 def test_the_plan_follows_the_data(tmp_path, make, suffix, expected):
     root = _write_set(tmp_path / "set", 6, make, suffix)
     cfg, table = plan_config(load_config(TEMPLATE, [f"data.root={root}"]))
@@ -123,3 +129,15 @@ def test_the_template_trains_unedited_on_a_set_smaller_than_a_batch(tmp_path):
     assert "auto values planned from the data" in log and "3 train images drawn" in log
     saved = load_config(run_dir / "config.yaml")
     assert auto_keys(saved) == [] and saved.data.resize_mode == "pad"
+
+
+def test_mask_values_map_stored_values_to_class_ids_and_refuse_others(tmp_path):
+    from unet_transformer_seg.data.image_io import read_mask
+    from unet_transformer_seg.errors import DataError
+
+    stored = np.array([[0, 255, 128], [255, 0, 7]], dtype=np.uint8)
+    Image.fromarray(stored).save(tmp_path / "m.png")
+    ids = read_mask(tmp_path / "m.png", 3, ignore_index=7, mask_values=[0, 255, 128])
+    assert ids.tolist() == [[0, 1, 2], [1, 0, -1]]  # 7 is void (IGNORE_LABEL -1)
+    with pytest.raises(DataError, match=r"holds the value 7 at \(row 1, col 2\), which is not in data.mask_values"):
+        read_mask(tmp_path / "m.png", 3, mask_values=[0, 255, 128])

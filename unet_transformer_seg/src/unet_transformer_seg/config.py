@@ -90,6 +90,8 @@ class DataConfig:
     noise_std: float = _field(0.05, min=0.0)
     # folder set only: colour of each class id (index = class id), for RGB masks
     palette: Optional[List[List[int]]] = _field(None)
+    # folder set only: the mask value of each class id (index = class id), for gray masks not stored as 0..N-1 (0/255)
+    mask_values: Optional[List[int]] = _field(None, auto=True)
     # folder set only: mask value that marks pixels no loss or metric looks at (VOC's void label is 255)
     ignore_index: Optional[int] = _field(None, min=0, auto=True)
     # folder set only: k-fold cross-validation over train + val (data/folds.py); fold k in 0..folds-1 validates
@@ -281,6 +283,7 @@ INERT_RULES = (
      "only data.normalize: percentile clips"),
     ("data.palette", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
     ("data.ignore_index", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
+    ("data.mask_values", lambda c: c.data.kind == "toy", "the toy set has no mask files"),
     ("data.folds", lambda c: c.data.kind == "toy", "folds split a folder data set's train + val images"),
     ("data.augment.scale_range", lambda c: c.data.augment.scale_prob == 0, "data.augment.scale_prob is 0"),
     ("data.augment.rotate_degrees", lambda c: c.data.augment.rotate_prob == 0, "data.augment.rotate_prob is 0"),
@@ -371,6 +374,7 @@ def _check_cross_fields(cfg: Config) -> None:
         if len(set(data.class_names)) != len(data.class_names) or not all(data.class_names):
             raise ConfigError(f"config key 'data.class_names' must hold distinct, non-empty names, got "
                               f"{data.class_names}")
+    _check_mask_values(data)
     if data.palette is not None:
         if len(data.palette) != data.num_classes:
             raise ConfigError(
@@ -383,6 +387,21 @@ def _check_cross_fields(cfg: Config) -> None:
         if len({tuple(c) for c in data.palette}) != len(data.palette):
             raise ConfigError("config key 'data.palette' lists the same colour twice")
     _check_inert(cfg)
+
+
+def _check_mask_values(data: DataConfig) -> None:
+    values = data.mask_values
+    if values is None:
+        return
+    if data.palette is not None:
+        raise ConfigError("config keys 'data.mask_values' (gray masks) and 'data.palette' (colour masks) exclude each "
+                          "other; set one")
+    if len(values) != data.num_classes or len(set(values)) != len(values) or min(values) < 0:
+        raise ConfigError(f"config key 'data.mask_values' must list {data.num_classes} distinct values >= 0, one per "
+                          f"class (data.num_classes), got {values}")
+    if data.ignore_index is not None and data.ignore_index in values:
+        raise ConfigError(f"config key 'data.ignore_index' {data.ignore_index} is also a class's value in "
+                          f"data.mask_values {values}")
 
 
 def _check_folds(data: DataConfig) -> None:

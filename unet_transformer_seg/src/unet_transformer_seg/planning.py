@@ -11,8 +11,9 @@ stay and the later rules use them. The rules, each with the reason it prints:
 | key | rule |
 |---|---|
 | data.in_channels | the most channels an image stores (alpha dropped; gray is copied to every channel) |
-| data.num_classes | the largest id in a mask + 1, void excluded |
-| data.ignore_index | 255 when masks hold 255 beside smaller ids (PASCAL VOC's void), else none |
+| data.ignore_index | 255 when masks hold 255 beside the ids 0..k-1, k >= 2 (PASCAL VOC's void), else none |
+| data.mask_values | none when the masks' largest value is at most twice the number of values (class ids, a few absent); else the sorted values (binary masks of 0 and 255: [0, 255]) |
+| data.num_classes | the largest id + 1, or the number of values with mask_values; void excluded |
 | data.normalize | 8-bit images: fixed; otherwise per_image when image medians spread over more than 15 % of the robust range (exposure differs per image), else percentile |
 | data.resize_mode | resize when the typical object spans >= 20 % of the image's short side (whole images fit the model), else pad (native resolution, windows) |
 | data.image_size | resize: large enough that the smallest objects keep about 8 px; pad: about 4 large objects wide; both in [64, 96] (a CPU budget) and a multiple of 2**model.depth |
@@ -119,8 +120,10 @@ def fingerprint(dataset: FolderDataset, show_progress: bool = False) -> Fingerpr
 
 
 def _has_void(class_pixels: Dict[int, int]) -> bool:
-    """Masks hold 255 beside smaller ids: PASCAL VOC's void label rather than class 255."""
-    return VOC_VOID in class_pixels and len(class_pixels) > 1 and max(set(class_pixels) - {VOC_VOID}) < VOC_VOID - 1
+    """Masks hold 255 beside the ids 0..k-1, k >= 2: PASCAL VOC's void label rather than a class (a mask of 0 and
+    255 alone is a binary mask)."""
+    others = sorted(set(class_pixels) - {VOC_VOID})
+    return VOC_VOID in class_pixels and len(others) >= 2 and others == list(range(len(others)))
 
 
 @dataclass
@@ -160,10 +163,15 @@ def decide(cfg: Config, fp: Fingerprint, memory_gib: float, max_window: int = MA
     short_side = float(np.median(np.minimum(fp.heights, fp.widths)))
     void = _has_void(fp.class_pixels)
     settle("data.in_channels", fp.channels, f"images store up to {fp.channels} channel(s)")
-    ids = sorted(set(fp.class_pixels) - ({VOC_VOID} if void else set()))
-    settle("data.num_classes", max(ids[-1] + 1, 2), f"mask ids {ids[0]}..{ids[-1]}")
     settle("data.ignore_index", VOC_VOID if void else None,
-           "255 beside smaller ids: void" if void else "no void value in the masks")
+           "255 beside the ids 0..k-1: void" if void else "no void value in the masks")
+    values = sorted(set(fp.class_pixels) - ({VOC_VOID} if void else set()))
+    if values[-1] <= 2 * len(values):  # class ids, some perhaps absent from the training masks
+        settle("data.mask_values", None, f"masks hold class ids (up to {values[-1]})")
+        settle("data.num_classes", max(values[-1] + 1, 2), f"mask ids 0..{values[-1]}")
+    else:
+        settle("data.mask_values", values, f"masks hold the values {values}: class k is the k-th")
+        settle("data.num_classes", max(len(values), 2), f"{len(values)} distinct mask values")
 
     low, median, high = fp.percentiles[:, 0], fp.percentiles[:, 1], fp.percentiles[:, 2]
     robust_range = max(float(np.median(high) - np.median(low)), 1e-12)

@@ -30,8 +30,8 @@ AUGMENT_STREAM = 7  # keeps augmentation draws apart from any other use of the s
 
 
 class FolderDataset(torch.utils.data.Dataset):
-    """Items: image [C, H, W] float32 (values as `read_image` keeps them) at the file's own size, mask [H, W] int64 class ids (IGNORE_LABEL where
-    the file holds `ignore_index`)."""
+    """Items: image [C, H, W] float32 (values as `read_image` keeps them) at the file's own size, mask [H, W] int64
+    class ids (IGNORE_LABEL where the file holds `ignore_index`; `mask_values` maps stored values to ids)."""
 
     def __init__(
         self,
@@ -41,12 +41,14 @@ class FolderDataset(torch.utils.data.Dataset):
         num_classes: int,
         palette: Optional[Sequence[Sequence[int]]] = None,
         ignore_index: Optional[int] = None,
+        mask_values: Optional[Sequence[int]] = None,
     ):
         self.split_dir = Path(root) / split
         self.in_channels = in_channels
         self.num_classes = num_classes
         self.palette = palette
         self.ignore_index = ignore_index
+        self.mask_values = mask_values
         self.pairs = self._find_pairs()
 
     def _find_pairs(self) -> List[Tuple[Path, Path]]:
@@ -98,7 +100,7 @@ class FolderDataset(torch.utils.data.Dataset):
 
     def read_mask(self, index: int) -> torch.Tensor:
         """The mask of item `index` alone, [H, W] int64 (the image is not read)."""
-        return read_mask(self.pairs[index][1], self.num_classes, self.palette, self.ignore_index)
+        return read_mask(self.pairs[index][1], self.num_classes, self.palette, self.ignore_index, self.mask_values)
 
     def size_of(self, index: int) -> Tuple[int, int]:
         """(height, width) of image `index`, from its file header."""
@@ -194,7 +196,8 @@ def base_dataset(cfg: Config, split: str, root: Optional[str] = None):
         return ToyShapesDataset.from_config(cfg, split)
     if root is None and data.folds is not None and split in POOLED_SPLITS:
         return _fold_dataset(cfg, split)
-    return FolderDataset(root or data.root, split, data.in_channels, data.num_classes, data.palette, data.ignore_index)
+    return FolderDataset(root or data.root, split, data.in_channels, data.num_classes, data.palette, data.ignore_index,
+                         data.mask_values)
 
 
 def _fold_dataset(cfg: Config, split: str) -> FolderDataset:
@@ -211,7 +214,8 @@ def pooled_dataset(cfg: Config) -> FolderDataset:
     """Every image of ROOT/train and ROOT/val (when it exists), in that order: what folds split, and what their
     intensity statistics are counted over, so that every fold normalises alike and their models can be ensembled."""
     data = cfg.data
-    pools = [FolderDataset(data.root, name, data.in_channels, data.num_classes, data.palette, data.ignore_index)
+    pools = [FolderDataset(data.root, name, data.in_channels, data.num_classes, data.palette, data.ignore_index,
+                           data.mask_values)
              for name in POOLED_SPLITS if name == "train" or (Path(data.root) / name).is_dir()]
     pairs = [pair for pool in pools for pair in pool.pairs]
     stems = [image.stem for image, _ in pairs]

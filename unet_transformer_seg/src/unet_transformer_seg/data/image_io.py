@@ -27,6 +27,9 @@ Mask formats (`read_mask`):
 | indexed colour (VOC, Cityscapes style) | `P` (`PA`) | the palette index, not its colour |
 | RGB / RGBA with `data.palette` | `RGB`, `RGBA` | k where palette[k] is the pixel's colour |
 | gray stored as RGB / RGBA, no palette | `RGB`, `RGBA` with r = g = b | the gray value |
+
+With `data.mask_values` (gray masks stored as other values than 0..N-1, e.g. binary masks saved as 0 / 255) the
+class id is k where mask_values[k] is the stored value.
 """
 
 from __future__ import annotations
@@ -269,18 +272,38 @@ def mask_ids(path: str | Path, palette: Optional[Sequence[Sequence[int]]] = None
     return _mask_ids(open_image(path), path, palette) if ids is None else ids
 
 
+def _ids_from_values(stored: np.ndarray, values: Sequence[int], ignore_index: Optional[int],
+                     path: Path) -> np.ndarray:
+    """[H, W] stored values -> class ids k where values[k] is the value; `ignore_index` kept as it is, any other
+    value a DataError naming the file, the value and its first pixel."""
+    order = np.argsort(values)
+    sorted_values = np.asarray(values, dtype=np.int64)[order]  # [K]
+    position = np.clip(np.searchsorted(sorted_values, stored), 0, len(values) - 1)  # [H, W]
+    known = sorted_values[position] == stored
+    ignored = stored == ignore_index if ignore_index is not None else np.zeros(stored.shape, dtype=bool)
+    if not (known | ignored).all():
+        row, col = (int(v) for v in np.argwhere(~(known | ignored))[0])
+        raise DataError(f"mask {path} holds the value {int(stored[row, col])} at (row {row}, col {col}), which is "
+                        f"not in data.mask_values {list(values)}")
+    return np.where(ignored, stored, order[position])
+
+
 def read_mask(
     path: str | Path,
     num_classes: int,
     palette: Optional[Sequence[Sequence[int]]] = None,
     ignore_index: Optional[int] = None,
+    mask_values: Optional[Sequence[int]] = None,
 ) -> torch.Tensor:
-    """Mask file -> [H, W] int64 class ids in 0..num_classes-1, IGNORE_LABEL where the file holds `ignore_index`.
+    """Mask file -> [H, W] int64 class ids in 0..num_classes-1, IGNORE_LABEL where the file holds `ignore_index`;
+    with `mask_values` the stored value mask_values[k] is class k.
 
     Any other value outside 0..num_classes-1 is a DataError naming the file, the value and its first pixel.
     """
     path = Path(path)
     ids = mask_ids(path, palette)  # [H, W]
+    if mask_values is not None:
+        ids = _ids_from_values(ids, mask_values, ignore_index, path)
     ignored = ids == ignore_index if ignore_index is not None else np.zeros(ids.shape, dtype=bool)
     invalid = ((ids < 0) | (ids >= num_classes)) & ~ignored
     if invalid.any():
