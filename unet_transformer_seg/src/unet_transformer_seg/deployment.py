@@ -126,6 +126,7 @@ def describe_export(cfg: Config, precision: str, opset: int, checkpoint: str) ->
         "class_names": class_names(cfg.data),
         "class_colours": class_colours(cfg.data.num_classes).tolist(),
         "mask_palette": cfg.data.palette,
+        "mask_values": cfg.data.mask_values,
         "opset": opset,
         "versions": {"unet_transformer_seg": __version__, "torch": torch.__version__, "onnx": onnx.__version__,
                      "onnxruntime": onnxruntime.__version__},
