@@ -54,11 +54,11 @@ def test_ar_configs_match_the_paraformer_configs_except_the_decoder_and_ctc_weig
     assert ar.model.type == "transformer_ar" and paraformer.model.type == "paraformer"
     assert ar.train == paraformer.train
     # Same corpus and front end; the output units may differ: each model uses the units it measured best with
-    # (docs/results.md: BPE for the Paraformer on spoken numbers, characters for the AR baseline).
+    # (docs/history.md: BPE for the Paraformer on spoken numbers, characters for the AR baseline).
     units = {"tokenizer": "char", "vocab_size": 256}
     assert dataclasses.replace(ar.data, **units) == dataclasses.replace(paraformer.data, **units)
     for key in ("d_model", "num_heads", "encoder_layers", "decoder_layers", "ffn_dim", "dropout", "subsampling",
                 "subsampling_channels", "label_smoothing"):
         assert getattr(ar.model, key) == getattr(paraformer.model, key), key
-    # The auxiliary CTC loss: both or neither; its weight is each model's own best (docs/results.md, the ablation)
+    # The auxiliary CTC loss: both or neither; its weight is each model's own best (docs/history.md, the ablation)
     assert (ar.model.ctc_weight > 0) == (paraformer.model.ctc_weight > 0)

@@ -7,7 +7,7 @@ float WAV with NaN samples; cycled), while a sampler reads the server process's 
 reference text, a bad one a 4xx with a message. Memory growth is measured from the end of the warm-up (the first
 ``warmup_fraction`` of the requests) to the end: on a cold server the resident memory rises over the first few
 hundred concurrent requests (the thread pool's threads, glibc's per-thread malloc arenas, torch's allocator
-caches) before it levels off (docs/results.md, "Failure isolation and soak"). The report keeps the whole series.
+caches) before it levels off (docs/history.md, "Failure isolation and soak"). The report keeps the whole series.
 
 Contracts:
     bad_uploads(sample_rate) -> list of (name, bytes)

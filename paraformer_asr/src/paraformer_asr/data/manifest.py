@@ -270,7 +270,7 @@ class ManifestDataset(Dataset):
         """The quiet added before and after every item in ``epoch``, in samples: int64 [len(self), 2] (lead, trail),
         each uniform in 0 .. ``edge_pad_ms``; zeros without edge pads. One vectorised draw per epoch, as for the speed
         factors. Speech rarely starts where a training corpus's utterances do: real recordings and other synthesizers
-        lead with a quarter of a second of quiet or more (docs/results.md, "Quiet at the edges")."""
+        lead with a quarter of a second of quiet or more (docs/history.md, "Quiet at the edges")."""
         if self.max_edge_pad == 0:
             return np.zeros((len(self.entries), 2), dtype=np.int64)
         generator = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, _EDGE_STREAM]))

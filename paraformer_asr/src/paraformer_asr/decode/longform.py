@@ -37,7 +37,7 @@ Memory is bounded by one batch of windows (their samples, features and activatio
 is the profile (one float per 10 ms) and the transcript (every decoded window's units, while pauses are judged).
 
 **Why pauses by default.** Models trained on single utterances are hurt by what they never saw in training: long
-silences and several utterances in one input (docs/results.md, "Long recordings"). Speech segments cut at pauses and
+silences and several utterances in one input (docs/history.md, "Long recordings"). Speech segments cut at pauses and
 trimmed to a short margin of silence look like training utterances; neighbouring segments do not overlap (each keeps
 what lies between the middles of the pauses around it), so nothing needs stitching but inside speech runs longer
 than chunk_seconds.
@@ -48,13 +48,13 @@ pause of 360 ms. A model trained on single phrases reads a fragment of a phrase 
 candidates turn 'to twenty percent' into a whole command) and two phrases in one window worse still. So where the
 model scores its hypotheses (the Paraformer: decoder log-prob per token, plus the LM's), the pause is judged by
 that score: a phrase cut at an inner pause reads better whole, two phrases read better apart. The price is decoding
-most of a recording more than once: about three times the time (docs/results.md, "Pauses judged by the decoder").
+most of a recording more than once: about three times the time (docs/history.md, "Pauses judged by the decoder").
 
 **Digital silence** (exact zeros, as between clips joined by an editor) is never part of a window's edges, and never
 sets the noise floor. Its log-mel features (the front end's floor, far below any recorded silence) are unlike
 anything in training: a segment of a test utterance with 100-150 ms of them around it was read with one more
 letter at a word start ('staopb' for 'stop') and 0.6 more CIF weight than the same utterance alone, and a floor
-taken from zeros made every noisy pause count as speech (docs/results.md, "Gaps of digital silence, of noise,
+taken from zeros made every noisy pause count as speech (docs/history.md, "Gaps of digital silence, of noise,
 and none"). A segment's window therefore shrinks to its frames above DIGITAL_SILENCE_DB, and the noise floor is
 taken over those frames only.
 
@@ -63,7 +63,7 @@ A floor taken over 30 s (the quietest tenth of its frames) was the quietest utte
 louder one's noise counted as speech: windows began up to 0.8 s early, and the model read a command into that
 noise ('set a timer for twop' for 'turn on the bathroom lamp'). Each frame's floor is now the louder of the
 quietest points within FLOOR_REACH_SECONDS before and after it: in a pause it is that pause's own noise, in speech
-the noise of the pause on its louder side (docs/results.md, "A local noise floor").
+the noise of the pause on its louder side (docs/history.md, "A local noise floor").
 
 **The stitching rule** (overlapping windows). Each cut lies in the middle half of its overlap, so at least a quarter
 of the overlap separates it from either window's edge. A unit cut by window i's end edge has its centre within half a
@@ -140,7 +140,7 @@ DEFAULT_OVERLAP_SHARE = 0.2  # the command lines' overlap when none is given: a 
 QUIET_SPAN_MS = 100.0  # the quiet cut is the centre of the lowest-energy stretch of this length
 PROFILE_BLOCK_SECONDS = 30.0  # the energy pass reads the recording in windows of this length
 FLOOR_REACH_SECONDS = 2.0  # a frame's noise floor: the quietest point within this reach on either side ...
-FLOOR_SMOOTH_FRAMES = 3  # ... of the profile smoothed over this many frames (docs/results.md, "A local noise floor")
+FLOOR_SMOOTH_FRAMES = 3  # ... of the profile smoothed over this many frames (docs/history.md, "A local noise floor")
 MIN_SPEECH_MS = 50.0  # shorter speech runs between pauses are taken for clicks and dropped
 BATCH_SECONDS_PER_WINDOW = 5.0  # a batch holds at most batch_windows x this much padded audio
 MIN_WINDOW_SECONDS = 0.2  # a speech segment is given at least this much audio (the encoder needs 85 ms)
@@ -163,7 +163,7 @@ class LongFormOptions:
     min_pause_ms: shorter pauses do not end a speech segment (where pauses are not judged);
     margin_ms: (before, after) silence kept around each speech segment (never past the middle of a pause; within
     the 10-90 % range of the training utterances' own edges on the synthetic commands corpus, 30-180 ms before
-    and 270-520 ms after the speech; docs/results.md, "Gaps of digital silence, of noise, and none");
+    and 270-520 ms after the speech; docs/history.md, "Gaps of digital silence, of noise, and none");
     judged_pauses_ms: (low, high): with a model that scores its hypotheses (the Paraformer), pauses shorter than low
     never end a segment, pauses of high or more always do, and a pause in between is judged by decoding
     (:func:`judge_pauses`); min_pause_ms then does not apply. None: not judged."""
@@ -442,7 +442,7 @@ def judge_pauses(windows: list[Window], judged_ms: tuple[float, float], longest_
     neighbouring pairs' (ties to the left) are joined, and the next round judges the new neighbours; until no
     join gains. A phrase cut at an inner pause reads better whole, two phrases read better apart: the model's own
     confidence tells a pause inside a sentence from one between sentences, which no threshold on its length can
-    (docs/results.md, "Long recordings: pauses judged by the decoder").
+    (docs/history.md, "Long recordings: pauses judged by the decoder").
     -> spans [(first, last)] covering every window once, in order."""
     low, high = judged_ms
     judged = [low <= window.pause_after_ms < high for window in windows]

@@ -20,21 +20,21 @@ the candidates' scores) and no CTC score for one without. Four choices come from
 - The CTC score is not a choice of the grid: in each of the 47 grids that tried the candidates without and with it
   (digits, numbers, command phrases, unheard sentences, word times), the lowest validation CER had it, and where the
   near-tie rule had picked a setting without it (the unheard-sentence model of seed 0) that cost half a point of
-  test CER (docs/results.md, "The CTC score always on").
+  test CER (docs/history.md, "The CTC score always on").
 - For a model with a CTC head, one-pass greedy, which cannot use it, moves to the end: it is kept only where it is
   clearly the best. In those grids it had won only near-ties, and on the one shipped model where it did (digits,
-  seed 1) it cost 0.41 points of test CER against the candidates with a count prior of 0.3 (docs/results.md,
+  seed 1) it cost 0.41 points of test CER against the candidates with a count prior of 0.3 (docs/history.md,
   "One-pass greedy last").
 - Among the LM weights the stronger comes first: the validation sentences are ones the LM was trained on, so there
   the weight hardly shows, while on what validation does not show the stronger weight did better (voices of other
   synthesizers: 7.6 / 8.0 % CER against 11.5 / 13.7 % with 0.3; unheard sentences: WER 3.3 / 3.5 % against 4.1 /
-  4.2 %, for a CER of 1.9 / 2.1 % against 1.8 / 1.9 %), so a near-tie keeps it (docs/results.md, "The stronger LM
+  4.2 %, for a CER of 1.9 / 2.1 % against 1.8 / 1.9 %), so a near-tie keeps it (docs/history.md, "The stronger LM
   weight in a near-tie").
 - With an LM the CTC score weighs at least as much as the LM. The LM pulls the hypotheses toward sentences it has
   seen, and the count follows the word it prefers; the CTC head, which reads every frame, is what holds the count.
   Under an LM of weight 1, a CTC score of 1 against 0.5 gave validation CERs of 0.19 / 0.06 % against 0.25 / 0.27 %
   (commands) and 0.17 / 0.05 % against 0.16 / 0.13 % (unheard sentences); without an LM (digits, numbers) 1 did no
-  better than 0.5 (docs/results.md, "The CTC score at least the LM's weight").
+  better than 0.5 (docs/history.md, "The CTC score at least the LM's weight").
 
 With the section's ``beam_size``, ``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates``
 (DEFAULT_SPREAD when 0; a tuned checkpoint's section holds its chosen spread, so tuning it again keeps that spread

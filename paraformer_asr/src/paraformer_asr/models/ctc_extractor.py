@@ -31,7 +31,7 @@ from paraformer_asr.checks import assert_shape, check_padding_mask, lengths_to_m
 
 NO_TOKEN = -1  # token index of a blank or padding frame
 BLANK_OFFSET_STEP = 0.5  # nats between neighbouring length candidates' blank offsets: the tuning grid's spread
-# of 5 reaches +-2.5 nats (docs/results.md, "Length candidates for the CTC token extractor")
+# of 5 reaches +-2.5 nats (docs/history.md, "Length candidates for the CTC token extractor")
 
 
 @dataclass
