@@ -89,7 +89,7 @@ def test_predict_takes_images_before_the_checkpoints_and_after_a_double_dash(tmp
 def test_predict_inputs_that_name_no_image_fail_naming_them(tmp_path, members):
     inputs = tmp_path / "images"
     _image_folder(inputs)
-    for given, message in ((str(inputs / "*.tif"), f"no image (*.png, "),
+    for given, message in ((str(inputs / "*.tif"), "no image (*.png, "),
                            (str(tmp_path / "missing.png"), "input not found: "),
                            (str(tmp_path), "no image (*.png, ")):  # a folder without images (only a subfolder)
         result = run_script_in_process("predict.py", "--checkpoint", members[0], given)

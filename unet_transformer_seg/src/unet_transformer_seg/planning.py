@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 from tqdm import tqdm
@@ -75,14 +75,13 @@ def _boundary_pixels(ids: np.ndarray) -> np.ndarray:
     return boundary
 
 
-def object_diameters(ids: np.ndarray, void: Optional[int]) -> List[float]:
-    """Equivalent diameter 4 * area / boundary of each object class (id > 0, not void) in one mask."""
+def object_diameters(ids: np.ndarray) -> Dict[int, float]:
+    """{id: equivalent diameter 4 * area / boundary} of each id > 0 present in one mask [H, W]."""
     boundary = _boundary_pixels(ids)
     size = ids.max() + 1
     area = np.bincount(ids.reshape(-1), minlength=size)
     edge = np.bincount(ids[boundary], minlength=size)
-    classes = [k for k in np.flatnonzero(area) if k > 0 and k != void]
-    return [4.0 * area[k] / max(edge[k], 1) for k in classes]
+    return {int(k): 4.0 * area[k] / max(edge[k], 1) for k in np.flatnonzero(area) if k > 0}
 
 
 def _robust_percentiles(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -98,7 +97,7 @@ def fingerprint(dataset: FolderDataset, show_progress: bool = False) -> Fingerpr
     chosen = np.unique(np.linspace(0, len(dataset) - 1, min(len(dataset), MAX_FINGERPRINT_IMAGES)).round().astype(int))
     rng = np.random.default_rng(0)
     heights, widths, percentiles, diameters, counts = [], [], [], [], {}
-    channels, sample_type, masks = 0, None, []
+    channels, sample_type = 0, None
     for index in tqdm(chosen, desc="fingerprint", disable=not show_progress, leave=False):
         image_path, mask_path = dataset.pairs[index]
         stored, has_alpha = read_stored_image(image_path)  # [H, W, C]
@@ -109,14 +108,13 @@ def fingerprint(dataset: FolderDataset, show_progress: bool = False) -> Fingerpr
         percentiles.append(_robust_percentiles(to_float32(stored[..., : stored.shape[2] - int(has_alpha)],
                                                           image_path), rng))
         ids = mask_ids(mask_path, dataset.palette)  # [H, W]
-        masks.append(ids)
         for class_id, count in zip(*np.unique(ids, return_counts=True)):
             counts[int(class_id)] = counts.get(int(class_id), 0) + int(count)
+        diameters += object_diameters(ids).items()
     void = VOC_VOID if _has_void(counts) else None
-    for ids in masks:
-        diameters += object_diameters(ids, void)
+    objects = np.array([diameter for class_id, diameter in diameters if class_id != void])
     return Fingerprint(len(chosen), len(dataset), np.array(heights), np.array(widths), channels, sample_type,
-                       np.array(percentiles), counts, np.array(diameters))
+                       np.array(percentiles), counts, objects)
 
 
 def _has_void(class_pixels: Dict[int, int]) -> bool:
@@ -149,7 +147,6 @@ def _activation_bytes_per_pixel(cfg: Config) -> float:
 def decide(cfg: Config, fp: Fingerprint, memory_gib: float, max_window: int = MAX_WINDOW) -> List[Decision]:
     """The rules of the module docstring, in order, for every key of `cfg` still `auto`; values already set are
     used as given."""
-    data, train = cfg.data, cfg.train
     todo = set(auto_keys(cfg))
     decisions: List[Decision] = []
 
