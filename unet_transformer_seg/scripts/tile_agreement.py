@@ -8,7 +8,7 @@ of SIZE x SIZE whose shapes keep the pixel size of training.
 Prints JSON: label_agreement (share of pixels with the same class), foreground_agreement (the same share among the
 pixels that either way calls an object: the toy images are mostly background), max_abs_logit_difference, and
 pixel_accuracy_tiled / pixel_accuracy_whole against the true masks. docs/architecture.md says where the two agree
-exactly (plain U-Net with BatchNorm, away from window borders) and docs/results.md lists measured agreements.
+exactly (plain U-Net with BatchNorm, away from window borders) and docs/history.md lists measured agreements.
 """
 
 import argparse
