@@ -91,7 +91,7 @@ def tiny_model(model_type: str = "paraformer"):
     """(cfg, data, model in eval mode) for the tiny config with ``model.type = model_type``; weights seeded with 0."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.data.setup import build_data
-    from paraformer_asr.models.factory import build_model
+    from paraformer_asr.factory import build_model
 
     raw = tiny_raw_config()
     raw["model"]["type"] = model_type
@@ -179,7 +179,7 @@ def untrained_audio_model(seed: int = 0):
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.data.tokenizer import CharTokenizer
     from paraformer_asr.inference import LoadedModel
-    from paraformer_asr.models.factory import build_model
+    from paraformer_asr.factory import build_model
 
     cfg = config_from_dict(tiny_audio_config(Path("unused.jsonl"), Path("runs"), "untrained", epochs=1))
     tokenizer = CharTokenizer.build(["0123456789 "])

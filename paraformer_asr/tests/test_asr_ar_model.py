@@ -7,8 +7,8 @@ import torch
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
+from paraformer_asr.factory import build_model
 from paraformer_asr.models.ar_model import TransformerAR
-from paraformer_asr.models.factory import build_model
 
 from asr_helpers import tiny_raw_config
 

@@ -13,7 +13,7 @@ from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search, max_output_lengths
 from paraformer_asr.decode.ngram_lm import TokenNgramLM
-from paraformer_asr.models.factory import build_model
+from paraformer_asr.factory import build_model
 
 from asr_helpers import overfit, tiny_raw_config
 from asr_reference import exhaustive_ar_search, loop_ctc_log_likelihood

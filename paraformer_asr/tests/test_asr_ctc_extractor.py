@@ -11,10 +11,10 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import ConfigError
+from paraformer_asr.factory import build_model
 from paraformer_asr.inference import model_from_checkpoint
 from paraformer_asr.models.ctc_extractor import (BLANK_OFFSET_STEP, blank_offsets, forced_alignment,
                                                  greedy_frame_tokens, offset_blank, pool_frames)
-from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.checkpointing import load_checkpoint, save_checkpoint
 
 BLANK = 0

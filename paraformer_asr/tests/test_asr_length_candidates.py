@@ -18,10 +18,10 @@ from asr_reference import loop_ctc_log_likelihood, loop_greedy_frame_tokens
 from paraformer_asr.config import ModelConfig, config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
+from paraformer_asr.decode.paraformer_search import ParaformerDecoding, candidate_counts
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.models.ctc import ctc_log_likelihood
 from paraformer_asr.models.ctc_extractor import BLANK_OFFSET_STEP
-from paraformer_asr.models.paraformer import ParaformerDecoding, candidate_counts
 
 CTC_BLANK_BIAS = 0.0  # an untrained CTC head's blank bias: the tiny model's greedy paths hold 1-4 tokens
 
@@ -29,7 +29,7 @@ CTC_BLANK_BIAS = 0.0  # an untrained CTC head's blank bias: the tiny model's gre
 def _tiny_paraformer(predictor_bias: int = 0, ctc_weight: float = 0.0, predictor: str = "cif"):
     from paraformer_asr.data.batching import Collator
     from paraformer_asr.data.setup import build_data
-    from paraformer_asr.models.factory import build_model
+    from paraformer_asr.factory import build_model
 
     raw = tiny_raw_config()
     raw["model"].update(predictor_bias=predictor_bias, ctc_weight=ctc_weight, predictor=predictor)

@@ -24,8 +24,8 @@ from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, Window, 
                                             speech_runs, stitch_by_text, stitch_by_times, stitched_windows,
                                             text_overlap_cut, transcribe_long, window_units)
 from paraformer_asr.errors import ConfigError
+from paraformer_asr.factory import build_model
 from paraformer_asr.inference import LoadedModel
-from paraformer_asr.models.factory import build_model
 
 from asr_helpers import PROJECT, load_script, speech_like
 from asr_reference import loop_speech_runs

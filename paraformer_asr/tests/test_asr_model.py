@@ -8,7 +8,7 @@ import torch
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.decode import factorized_beam_search
-from paraformer_asr.models.factory import build_model
+from paraformer_asr.factory import build_model
 from paraformer_asr.models.glancing import glancing_mix
 
 from asr_helpers import overfit, tiny_raw_config

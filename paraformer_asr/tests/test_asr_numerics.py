@@ -10,9 +10,9 @@ from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import ConfigError
+from paraformer_asr.factory import build_model
 from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, quantity_loss
 from paraformer_asr.models.cif import CifPredictor
-from paraformer_asr.models.factory import build_model
 
 from asr_helpers import overfit, tiny_raw_config
 

@@ -17,8 +17,8 @@ from paraformer_asr.decode.timestamps import (FrameClock, alignment_plot_data, c
                                               extend_ends_through_speech, speech_frames,
                                               frame_clock, group_words, token_times_ms, word_times)
 from paraformer_asr.errors import ConfigError
+from paraformer_asr.factory import build_model
 from paraformer_asr.models.cif import inference_token_count
-from paraformer_asr.models.factory import build_model
 from paraformer_asr.training.plots import plot_cif_alignments
 
 from asr_helpers import tiny_model, tiny_raw_config

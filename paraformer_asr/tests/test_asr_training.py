@@ -8,7 +8,7 @@ import torch
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.setup import build_data
 from paraformer_asr.errors import TrainingError
-from paraformer_asr.models.factory import build_model
+from paraformer_asr.factory import build_model
 from paraformer_asr.models.paraformer import Paraformer
 from paraformer_asr.training import loop
 from paraformer_asr.training.loop import Trainer, compile_stacks, scaled_optimizer_step, warmup_cosine

@@ -19,8 +19,8 @@ from paraformer_asr.data.setup import make_frontend, make_loader, manifest_datas
 from paraformer_asr.data.tokenizer import tokenizer_from_dict
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
+from paraformer_asr.factory import build_model
 from paraformer_asr.loaded_model import LoadedModel
-from paraformer_asr.models.factory import build_model
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.checkpointing import load_checkpoint
 

@@ -21,9 +21,9 @@ from paraformer_asr.data.batching import Batch, Collator, pad_short_utterances
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.search import transcribe_batches
+from paraformer_asr.factory import count_parameters
 from paraformer_asr.inference import evaluation_dataset, load_model
 from paraformer_asr.metrics.asr_metrics import score_transcripts
-from paraformer_asr.models.factory import count_parameters
 
 
 def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,

@@ -14,6 +14,9 @@ Search rules shared by both searches:
   ``log_probs(histories [N, t] long) -> [N, V]``; histories are the emitted tokens without bos.
 * beam scores are normalised by length: sum of scores (eos included) / (tokens + 1) ** length_penalty; the beam
   search stops only when no live hypothesis can still beat the best finished one under that normalisation.
+
+``ArDecoding`` gives a model these searches as its ``greedy_decode`` / ``beam_search`` (with the CTC head's
+rescoring); ``ArRecognizer`` is the PyTorch baseline (models/ar_model.py) with them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import torch
 
 from paraformer_asr.checks import assert_shape, check_padding_mask
+from paraformer_asr.models.ar_model import TransformerAR
+from paraformer_asr.models.ctc import ctc_rescored
 
 
 def max_output_lengths(enc_mask: torch.Tensor, max_length_ratio: float) -> torch.Tensor:
@@ -182,3 +187,46 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
     pool_lengths = pool_lengths.masked_fill(~exists, 0)
     pool_tokens = pool_tokens.masked_fill(~exists.unsqueeze(-1), model.pad_id)
     return pool_tokens[:, :, :int(pool_lengths.max())], pool_scores, pool_lengths
+
+
+class ArDecoding:
+    """Greedy and beam search of the autoregressive baseline (the functions above), shared by the PyTorch model and
+    the exported one (deploy/runtime.py): a class using it offers ``encode(features, feat_mask)``, ``decode_step``
+    (see :meth:`TransformerAR.decode_step`), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's,
+    for rescoring the beams) and the ids ``bos_id``, ``eos_id``, ``pad_id``, ``blank_id``, ``never_emitted``."""
+
+    gives_timestamps = False  # no CIF: its tokens carry no times
+
+    @torch.no_grad()
+    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, max_length_ratio: float = 1.0,
+                      lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> tokens [B, T_out] long (pad_id past each length, no eos), lengths [B] long."""
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        return ar_greedy_search(self, encoder_out, enc_mask, max_length_ratio, lm, lm_weight)
+
+    @torch.no_grad()
+    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
+                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None, lm_weight: float = 0.0,
+                    ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
+        beams that do not exist), lengths [B, beam] (tokens without eos). ``ctc_score_weight`` w > 0 (a model with
+        a CTC head): the finished beams are ranked again by score + w x their CTC log-likelihood per token
+        (models/ctc.py, ``ctc_rescored``), which the scores then are."""
+        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
+        tokens, scores, lengths = ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty,
+                                                 max_length_ratio, lm, lm_weight)
+        if ctc_score_weight <= 0:
+            return tokens, scores, lengths
+        ctc_log_probs = self.ctc_log_probs(encoder_out)  # [B, T', V]
+        if ctc_log_probs is None:
+            raise ValueError("a CTC score needs a model trained with a CTC head (model.ctc_weight > 0)")
+        scores = ctc_rescored(scores, tokens, lengths, ctc_log_probs, enc_mask.sum(dim=1), self.blank_id,
+                              ctc_score_weight)  # [B, beam]
+        order = scores.argsort(dim=1, descending=True, stable=True)  # [B, beam]
+        return (tokens.gather(1, order.unsqueeze(-1).expand_as(tokens)), scores.gather(1, order),
+                lengths.gather(1, order))
+
+
+class ArRecognizer(ArDecoding, TransformerAR):
+    """The PyTorch autoregressive baseline with its searches: what ``build_model`` builds for ``model.type``
+    transformer_ar (the parameters, and so the checkpoints, are the network's)."""

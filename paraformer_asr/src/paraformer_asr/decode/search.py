@@ -45,7 +45,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``.
     ``length_candidates`` k > 0 (a Paraformer): k candidate token counts either side of the extractor's own are
-    decoded too (models/paraformer.py, ``decode_length_candidates``) and the best per token kept, less
+    decoded too (decode/paraformer_search.py, ``decode_length_candidates``) and the best per token kept, less
     ``count_prior`` x its distance to the extractor's expected count and plus
     ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``); the autoregressive
     baseline's beams are ranked again with that CTC term (``model.beam_search``).

@@ -2,7 +2,8 @@
 interface (models/interface.py), so every decoding path (batches, long recordings, the service) runs over it.
 
 The Paraformer's decoding (greedy, beam, LM fusion, CIF times) and the autoregressive searches are the PyTorch
-models' own code (ParaformerDecoding, ArDecoding); only the network passes run in onnxruntime, on the CPU.
+models' own code (ParaformerDecoding, ArDecoding: decode/paraformer_search.py, decode/ar_search.py); only the
+network passes run in onnxruntime, on the CPU.
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ from paraformer_asr.checks import check_finite, lengths_to_mask
 from paraformer_asr.config import Config, ModelConfig, config_from_dict
 from paraformer_asr.data.frontend import FeatureNormalizer
 from paraformer_asr.data.tokenizer import tokenizer_from_dict
+from paraformer_asr.decode.ar_search import ArDecoding
+from paraformer_asr.decode.paraformer_search import ParaformerDecoding
 from paraformer_asr.deploy.export_format import (FORMAT, FORMAT_VERSION, KIND_KEY, OPSET, PRECISIONS, ROLE_KEY,
                                                  SIDECAR)
 from paraformer_asr.deploy.graphs import PREDICTOR_GRAPHS
 from paraformer_asr.deploy.onnx_extra import require_onnx
 from paraformer_asr.errors import CheckpointError, ConfigError
 from paraformer_asr.loaded_model import LoadedModel
-from paraformer_asr.models.ar_model import ArDecoding
 from paraformer_asr.models.cif import CifOutput
 from paraformer_asr.models.encoder import check_encodable, subsampled_lengths
 from paraformer_asr.models.ctc_extractor import CtcExtraction
-from paraformer_asr.models.paraformer import ParaformerDecoding, TokenExtraction
+from paraformer_asr.models.paraformer import TokenExtraction
 
 GRAPH_ROLES = {"paraformer": ("encoder", "predictor", "decoder"),
                "transformer_ar": ("encoder", "cross_kv", "decoder_step")}

@@ -6,7 +6,9 @@ a key/value cache: each step projects only the newest token's query/key/value in
 and reuses the cross-attention keys/values projected once from the encoder output, so a step costs
 O(current length) instead of a recompute of the prefix.
 
-It offers the model interface of models/interface.py (loss terms 'ce' and, with model.ctc_weight > 0, 'ctc').
+The network and its losses only: its searches are decode/ar_search.py, whose ``ArRecognizer`` (this model with
+those searches) offers the model interface of models/interface.py (loss terms 'ce' and, with model.ctc_weight > 0,
+'ctc').
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ import torch.nn as nn
 from paraformer_asr.checks import assert_shape, check_finite, check_padding_mask, lengths_to_mask
 from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
-from paraformer_asr.decode.ar_search import ar_beam_search, ar_greedy_search
 from paraformer_asr.losses import hybrid_loss_weights, label_smoothed_cross_entropy
-from paraformer_asr.models.ctc import ctc_rescored, optional_ctc_head
+from paraformer_asr.models.ctc import optional_ctc_head
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.interface import LossOutput
 from paraformer_asr.models.layers import DecoderBlock, KeyValue, PositionalEncoding
@@ -120,45 +121,7 @@ class ArDecoder(nn.Module):
         return logits, DecoderCache(cache.memory_mask, cache.cross_kv, grown)
 
 
-class ArDecoding:
-    """Greedy and beam search of the autoregressive baseline (decode/ar_search.py), shared by the PyTorch model and
-    the exported one (deploy/runtime.py): a class using it offers ``encode(features, feat_mask)``, ``decode_step``
-    (see :meth:`TransformerAR.decode_step`), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's,
-    for rescoring the beams) and the ids ``bos_id``, ``eos_id``, ``pad_id``, ``blank_id``, ``never_emitted``."""
-
-    gives_timestamps = False  # no CIF: its tokens carry no times
-
-    @torch.no_grad()
-    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, max_length_ratio: float = 1.0,
-                      lm=None, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> tokens [B, T_out] long (pad_id past each length, no eos), lengths [B] long."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        return ar_greedy_search(self, encoder_out, enc_mask, max_length_ratio, lm, lm_weight)
-
-    @torch.no_grad()
-    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
-                    length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None, lm_weight: float = 0.0,
-                    ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
-        beams that do not exist), lengths [B, beam] (tokens without eos). ``ctc_score_weight`` w > 0 (a model with
-        a CTC head): the finished beams are ranked again by score + w x their CTC log-likelihood per token
-        (models/ctc.py, ``ctc_rescored``), which the scores then are."""
-        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        tokens, scores, lengths = ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty,
-                                                 max_length_ratio, lm, lm_weight)
-        if ctc_score_weight <= 0:
-            return tokens, scores, lengths
-        ctc_log_probs = self.ctc_log_probs(encoder_out)  # [B, T', V]
-        if ctc_log_probs is None:
-            raise ValueError("a CTC score needs a model trained with a CTC head (model.ctc_weight > 0)")
-        scores = ctc_rescored(scores, tokens, lengths, ctc_log_probs, enc_mask.sum(dim=1), self.blank_id,
-                              ctc_score_weight)  # [B, beam]
-        order = scores.argsort(dim=1, descending=True, stable=True)  # [B, beam]
-        return (tokens.gather(1, order.unsqueeze(-1).expand_as(tokens)), scores.gather(1, order),
-                lengths.gather(1, order))
-
-
-class TransformerAR(ArDecoding, nn.Module):
+class TransformerAR(nn.Module):
     """Encoder (shared with the Paraformer) + autoregressive decoder (+ optional CTC head on the encoder)."""
 
     calibrates_cif = False  # no CIF: nothing to calibrate

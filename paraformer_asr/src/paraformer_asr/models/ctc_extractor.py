@@ -15,7 +15,7 @@ Length candidates (the CTC counterpart of the CIF's N +- k): the greedy path aga
 or lowered by a few steps of BLANK_OFFSET_STEP. Raising it drops the tokens the path holds least surely (a letter
 read twice, a piece split in two); lowering it lets in a token wherever a label came second to the blank by less
 than the offset (a piece the path merged or missed). Each offset gives one merged path, so one candidate count;
-the decoder, the LM and the CTC score choose among them (models/paraformer.py, decode_length_candidates). As with
+the decoder, the LM and the CTC score choose among them (decode/paraformer_search.py, decode_length_candidates). As with
 the CIF's candidates, none is empty unless the plain path is: an empty hypothesis scores 0 per token, more than any
 other can.
 """

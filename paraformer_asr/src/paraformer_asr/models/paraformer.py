@@ -1,8 +1,9 @@
 """The Paraformer: encoder -> token extractor -> non-autoregressive decoder (+ glancing, optional CTC).
 
 The token extractor (``model.predictor``) places the decoder's queries: ``cif``, the CIF predictor
-(models/cif.py), or ``ctc``, the merged CTC path (models/ctc_extractor.py, Paraformer-v2). It offers the model
-interface of models/interface.py.
+(models/cif.py), or ``ctc``, the merged CTC path (models/ctc_extractor.py, Paraformer-v2). The network and its
+losses only: its search (greedy, beam, LM fusion, length candidates, CTC rescoring) is decode/paraformer_search.py,
+whose ``ParaformerRecognizer`` (this model with that search) offers the model interface of models/interface.py.
 """
 
 from __future__ import annotations
@@ -12,18 +13,13 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from paraformer_asr.checks import assert_shape, check_finite
+from paraformer_asr.checks import assert_shape
 from paraformer_asr.config import ModelConfig
 from paraformer_asr.data.batching import Batch
-from paraformer_asr.decode.beam import factorized_beam_search
-from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
-from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, label_smoothed_cross_entropy, quantity_loss
-from paraformer_asr.models.cif import (CifOutput, CifPredictor, cif_integrate, fit_alpha_scale, inference_token_count,
-                                       scale_to_counts)
-from paraformer_asr.models.ctc import ctc_rescored, optional_ctc_head
-from paraformer_asr.models.ctc_extractor import (CtcExtraction, CtcTokenExtractor, blank_offsets,
-                                                 candidate_frame_tokens, frames_to_extraction)
+from paraformer_asr.models.cif import CifOutput, CifPredictor, fit_alpha_scale
+from paraformer_asr.models.ctc import optional_ctc_head
+from paraformer_asr.models.ctc_extractor import CtcExtraction, CtcTokenExtractor
 from paraformer_asr.models.decoder import NarDecoder
 from paraformer_asr.models.encoder import Encoder
 from paraformer_asr.models.glancing import glancing_mix
@@ -34,217 +30,7 @@ from paraformer_asr.models.targets import append_eos
 TokenExtraction = CifOutput | CtcExtraction
 
 
-def candidate_counts(counts: torch.Tensor, spread: int, minimum: int = 1) -> torch.Tensor:
-    """The token counts tried by length-candidate decoding: counts [B] long -> [B, 2 * spread + 1], the count
-    itself and count +- 1..spread; a candidate below ``minimum`` is replaced by the count itself (so an utterance
-    counted below the minimum, e.g. empty, keeps that count in every candidate)."""
-    offsets = torch.arange(-spread, spread + 1, device=counts.device)  # [K]
-    candidates = counts.unsqueeze(1) + offsets  # [B, K]
-    keep = (candidates >= minimum) & (counts >= minimum).unsqueeze(1)  # [B, K]
-    return torch.where(keep, candidates, counts.unsqueeze(1))
-
-
-class ParaformerDecoding:
-    """The Paraformer's decoding, shared by the PyTorch model and the exported one (deploy/runtime.py): a class
-    using it offers ``forward(features, feat_mask) -> (logits [B, N, V], extraction)`` (the inference pass),
-    ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas, calibrated alphas)`` ([B, T'] each, threshold units) and
-    ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
-    alone, for length candidates), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's, for the
-    CTC score of length candidates and the CTC extractor's candidates), ``cfg`` (its ModelConfig), ``pad_id``,
-    ``eos_id`` and ``blank_id``."""
-
-    gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
-
-    @torch.no_grad()
-    def posteriors(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, TokenExtraction]:
-        """Inference pass: -> (log_probs [B, N, V], extraction) over the N output tokens (N from the alphas and
-        the tail rule, or from the merged CTC path)."""
-        return self._log_posteriors(*self.forward(features, feat_mask))
-
-    @property
-    def never_emitted(self) -> list[int]:
-        """The ids no output position may hold: padding, <eos> (a Paraformer's sentence ends at its token count, and
-        with ``predictor_bias`` 1 the <eos> position is dropped) and the CTC blank."""
-        return [self.pad_id, self.eos_id] + ([self.blank_id] if self.blank_id is not None else [])
-
-    def _log_posteriors(self, logits: torch.Tensor, extraction: TokenExtraction) -> tuple[torch.Tensor,
-                                                                                          TokenExtraction]:
-        """logits [B, N, V] -> log_probs, -inf for the ids in :attr:`never_emitted` (so that no search, the LM's
-        included, can put an <eos> inside a hypothesis: its text would end there). With ``model.predictor_bias`` 1
-        the last fired token (<eos>) is decoded with the others, then dropped from both."""
-        if self.cfg.predictor_bias == 1:
-            extraction = extraction.without_last_token()
-            logits = logits[:, :extraction.token_mask.shape[1]]  # [B, N - 1, V]
-        log_probs = torch.log_softmax(logits.float(), dim=-1)  # [B, N, V]
-        check_finite(log_probs, "decoder log_probs")
-        log_probs[..., self.never_emitted] = float("-inf")
-        return log_probs, extraction
-
-    @torch.no_grad()
-    def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
-                       ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
-        """The best hypothesis and the extraction it came from (for :meth:`token_spans`): :meth:`decode_scored`
-        without the scores. -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
-        return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
-                                  ctc_score_weight)[:3]
-
-    @torch.no_grad()
-    def decode_scored(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
-                      lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
-                      ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
-                                                              torch.Tensor]:
-        """The best hypothesis, the extraction it came from, and its score per token.
-
-        beam_size 1 without an LM is greedy; otherwise :meth:`beam_search`'s best beam. ``length_candidates`` k > 0:
-        :meth:`decode_length_candidates` with spread k, ``count_prior`` and ``ctc_score_weight``. The score is the
-        hypothesis's decoder log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at
-        least 1), with candidates less the count prior's term and plus the CTC term: what the length candidates are
-        chosen by, and what long-form decoding compares when it judges a pause (decode/longform.py).
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
-        if length_candidates > 0:
-            return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
-                                                 count_prior, ctc_score_weight)
-        log_probs, extraction = self.posteriors(features, feat_mask)
-        if beam_size == 1 and lm is None:
-            best, tokens = log_probs.max(dim=-1)  # [B, N] each
-            scores = best.masked_fill(~extraction.token_mask, 0.0).sum(dim=1)  # [B]
-            tokens = tokens.masked_fill(~extraction.token_mask, self.pad_id)
-        else:
-            beams, beam_scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
-            tokens, scores = beams[:, 0], beam_scores[:, 0]
-        return tokens, extraction.num_tokens, extraction, scores / extraction.num_tokens.clamp(min=1)
-
-    @torch.no_grad()
-    def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
-                                 beam_size: int = 1, lm=None, lm_weight: float = 0.0, count_prior: float = 0.0,
-                                 ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
-                                                                         torch.Tensor]:
-        """Length candidates: 2 x ``spread`` + 1 token extractions per utterance, decoded in one batched pass. CIF:
-        its own count N and N +- 1..``spread`` (:func:`candidate_counts`), the alphas scaled to sum to each as in
-        training. CTC: the greedy path with the blank's log-prob offset by -``spread``..``spread`` steps
-        (models/ctc_extractor.py, :func:`blank_offsets`), one count each.
-        Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
-        x the LM's sentence log-prob with an ``lm``, plus ``ctc_score_weight`` x its CTC log-likelihood over the
-        encoder frames (``ctc_log_likelihood``; models with a CTC head), all divided by its token count; less
-        ``count_prior`` x the candidate's distance to the extractor's own expected count of real tokens (CIF: the sum
-        of its calibrated alphas less ``model.predictor_bias``, whose <eos> fire the candidates' lengths leave out;
-        CTC: the plain greedy path's count). The best per utterance wins. A count one off spells a
-        word with a letter too many or too few: the candidates let the decoder's, the LM's and the CTC head's
-        confidence pick the count instead, and the prior says how far to trust the extractor over them (data where it
-        counts well want a prior). The CTC head scores every frame of the utterance, so it tells a doubled or dropped
-        letter from a right one where the decoder, which sees the candidate's count as given, cannot.
-        -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' extraction; their
-        scores per token [B], the prior's and the CTC's terms included)."""
-        if spread < 1:
-            raise ValueError(f"length candidates need a spread >= 1, got {spread}")
-        encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
-        reads_ctc = ctc_score_weight > 0 or self.cfg.predictor == "ctc"
-        ctc_log_probs = self.ctc_log_probs(encoder_out) if reads_ctc else None  # [B, T', V]
-        if reads_ctc and ctc_log_probs is None:
-            raise ValueError("a CTC score and the CTC extractor's length candidates need a model trained with a CTC "
-                             "head (model.ctc_weight > 0; exported: its ctc graph)")
-        batch, width = encoder_out.shape[0], 2 * spread + 1
-        frames = enc_mask.sum(dim=1)  # [B]
-        repeated = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
-        repeated_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
-        if self.cfg.predictor == "ctc":
-            extraction, expected = self._ctc_candidates(repeated, repeated_mask, ctc_log_probs, spread)
-        else:
-            extraction, expected = self._cif_candidates(encoder_out, enc_mask, repeated, spread)
-        logits = self.decode_queries(extraction.embeddings, extraction.token_mask, repeated,
-                                     repeated_mask)  # [B*K, N, V]
-        log_probs, extraction = self._log_posteriors(logits, extraction)
-        beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B*K, beam, N]
-        hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
-        lengths = extraction.num_tokens.repeat_interleave(beams.shape[1]).view(batch, hypotheses)  # [B, K*beam]
-        per_token = scores.view(batch, hypotheses) / lengths.clamp(min=1)  # [B, K*beam]
-        per_token = per_token - count_prior * (lengths - expected.view(batch, width).repeat_interleave(
-            beams.shape[1], dim=1)).abs()
-        if ctc_score_weight > 0:
-            per_token = ctc_rescored(per_token, beams.reshape(batch, hypotheses, -1), lengths, ctc_log_probs, frames,
-                                     self.blank_id, ctc_score_weight)
-        best = per_token.argmax(dim=1)  # [B]
-        rows = torch.arange(batch, device=best.device) * hypotheses + best  # [B] into [B*K*beam]
-        chosen = extraction.select(rows // beams.shape[1])
-        return (beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen,
-                per_token.flatten()[rows])
-
-    def _cif_candidates(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, repeated: torch.Tensor,
-                        spread: int) -> tuple[CifOutput, torch.Tensor]:
-        """encoder_out [B, T', D], enc_mask [B, T'], repeated [B*K, T', D] (each utterance K = 2 x spread + 1 times)
-        -> (the CIF integrated to the counts N - spread .. N + spread, row b*K + k the k-th of utterance b; the CIF's
-        expected count of real tokens [B*K]: the sum of its calibrated alphas less ``model.predictor_bias``, as the
-        candidates' lengths are counted once the <eos> fire is dropped)."""
-        width = 2 * spread + 1
-        alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
-        counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
-        num_tokens = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias).flatten()  # [B*K]
-        alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
-        alpha_sum = alphas.sum(dim=1)  # [B*K]
-        integrated = scale_to_counts(alphas, num_tokens, alpha_sum)  # [B*K, T']
-        embeddings, token_mask, fires = cif_integrate(repeated, integrated, num_tokens)  # [B*K, N, D] ...
-        extraction = CifOutput(alphas=alphas * self.cfg.cif_threshold, alpha_sum=alpha_sum,
-                               integrated_alphas=integrated, embeddings=embeddings, token_mask=token_mask,
-                               num_tokens=num_tokens, fire_frames=fires)
-        expected = calibrated.sum(dim=1) - self.cfg.predictor_bias  # [B] the <eos> fire is no token
-        return extraction, expected.repeat_interleave(width)
-
-    def _ctc_candidates(self, repeated: torch.Tensor, repeated_mask: torch.Tensor, ctc_log_probs: torch.Tensor,
-                        spread: int) -> tuple[CtcExtraction, torch.Tensor]:
-        """repeated [B*K, T', D], repeated_mask [B*K, T'] (each utterance K = 2 x spread + 1 times), ctc_log_probs
-        [B, T', V] -> (the merged greedy paths under the blank offsets of :func:`blank_offsets`, row b*K + k the k-th
-        of utterance b; the plain greedy path's count [B*K], the expected count)."""
-        width = 2 * spread + 1
-        offsets = blank_offsets(spread, ctc_log_probs.device)  # [K]
-        frame_tokens, num_tokens = candidate_frame_tokens(ctc_log_probs, repeated_mask, offsets,
-                                                          self.blank_id)  # [B*K, T'], [B*K]
-        extraction = frames_to_extraction(repeated, repeated_mask, ctc_log_probs.repeat_interleave(width, dim=0),
-                                          frame_tokens, num_tokens, self.blank_id)
-        plain = num_tokens.view(-1, width)[:, spread]  # [B] offset 0
-        return extraction, plain.to(torch.float32).repeat_interleave(width)
-
-    @torch.no_grad()
-    def greedy_decode(self, features: torch.Tensor, feat_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> tokens [B, T_out] long (pad_id past each length), lengths [B] long. One decoder pass."""
-        tokens, lengths, _ = self.decode_aligned(features, feat_mask)
-        return tokens, lengths
-
-    def token_spans(self, extraction: TokenExtraction) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each output token's stretch of encoder frames: (starts [B, N], ends [B, N]) float64 positions (frame t
-        spans [t, t + 1)), 0 on padding. CIF: where its running sum crosses the token's levels
-        (decode/timestamps.py); CTC: its merged frames [first, last + 1)."""
-        if isinstance(extraction, CtcExtraction):
-            return extraction.frame_starts.double(), extraction.frame_ends.double()
-        return cif_fire_spans(extraction.integrated_alphas, extraction.num_tokens, self.cfg.predictor_bias)
-
-    @torch.no_grad()
-    def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
-                    lm_weight: float = 0.0, ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                    torch.Tensor]:
-        """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
-
-        With ``lm`` (a TokenNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py). The
-        Paraformer's CTC score ranks length candidates (:meth:`decode_length_candidates`): ``ctc_score_weight`` > 0
-        here is a ValueError."""
-        if ctc_score_weight > 0:
-            raise ValueError("the Paraformer's CTC score ranks length candidates: use decode_length_candidates")
-        log_probs, extraction = self.posteriors(features, feat_mask)
-        tokens, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)
-        lengths = extraction.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
-        return tokens, scores, lengths
-
-    def _search_posteriors(self, log_probs: torch.Tensor, extraction: TokenExtraction, beam_size: int, lm,
-                           lm_weight: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given."""
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-        if lm is None:
-            return factorized_beam_search(log_probs, extraction.token_mask, beam_size, self.pad_id)
-        return fused_posterior_beam_search(log_probs, extraction.token_mask, beam_size, self.pad_id, lm, lm_weight)
-
-
-class Paraformer(ParaformerDecoding, nn.Module):
+class Paraformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, input_dim: int, vocab_size: int, pad_id: int, eos_id: int,
                  blank_id: int | None, subsampling_factor: int):
@@ -374,17 +160,3 @@ class Paraformer(ParaformerDecoding, nn.Module):
         self.predictor.alpha_scale.fill_(scale)
         self.train(was_training)
         return scale
-
-    @torch.no_grad()
-    def oracle_length_decode(self, features: torch.Tensor, feat_mask: torch.Tensor, tokens: torch.Tensor,
-                             token_lengths: torch.Tensor, beam_size: int = 1, lm=None,
-                             lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decoding given the true token count (a diagnostic: recognising without counting): the CIF is scaled to
-        the reference length, the CTC queries come from the reference's forced alignment; then the search that is
-        being evaluated (beam ``beam_size``, fused with ``lm`` when given; greedy by default), its best hypothesis.
-        tokens [B, S], token_lengths [B] -> (tokens [B, S] long, pad past each length; lengths [B])."""
-        log_probs, extraction = self._log_posteriors(*self.forward(features, feat_mask, tokens, token_lengths))
-        if beam_size == 1 and lm is None:
-            return log_probs.argmax(dim=-1).masked_fill(~extraction.token_mask, self.pad_id), extraction.num_tokens
-        best, _ = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight)  # [B, beam, S]
-        return best[:, 0], extraction.num_tokens

@@ -30,7 +30,7 @@ from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import CheckpointError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
 from paraformer_asr.decode.tuning import grid_table, refuse_test_set, tune_checkpoint
-from paraformer_asr.models.factory import build_model, count_parameters
+from paraformer_asr.factory import build_model, count_parameters
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
                                                  init_distributed, shutdown)
