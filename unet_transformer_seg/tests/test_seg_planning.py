@@ -93,6 +93,7 @@ def test_the_plan_follows_the_data(tmp_path, make, suffix, expected):
         assert getattr(getattr(cfg, section), name) == value, (key, table)
         assert key in table
     assert cfg.data.image_size % 2**cfg.model.depth == 0 and 64 <= cfg.data.image_size <= 96
+    assert "train.class_weights auto: [" in table
     assert 1000 <= cfg.train.max_steps <= 2000 and 1 <= cfg.train.batch_size <= 16
 
 

@@ -21,6 +21,9 @@ stay and the later rules use them. The rules, each with the reason it prints:
 | train.batch_size | the most images (at most 16) whose activations fit the memory given |
 | train.max_steps | 50 passes over the training pixels at the model's scale, within [1000, 2000] |
 | train.val_every_steps | 20 validations over the budget |
+
+The table also shows the weights `train.class_weights: auto` gives from the fingerprint's pixel counts; training
+counts them again over every mask.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
 import numpy as np
+import torch
 from tqdm import tqdm
 
 from .config import Config, auto_keys, config_from_dict, config_to_dict
 from .data.datasets import FolderDataset
 from .data.image_io import VOC_VOID, mask_ids, read_stored_image, to_float32
+from .losses import auto_class_weights
 
 MAX_FINGERPRINT_IMAGES = 1000  # larger sets are sampled evenly
 PIXELS_PER_IMAGE = 20_000  # intensity percentiles come from at most this many pixels of an image
@@ -217,6 +222,13 @@ def decide(cfg: Config, fp: Fingerprint, memory_gib: float, max_window: int = MA
     return decisions
 
 
+def class_weights_of(fp: Fingerprint, data) -> List[float]:
+    """`train.class_weights: auto` as the fingerprint's pixel counts give it, one weight per class id of `data`."""
+    values = data.mask_values or list(range(data.num_classes))
+    counts = torch.tensor([fp.class_pixels.get(value, 0) for value in values], dtype=torch.int64)  # [N]
+    return auto_class_weights(counts)
+
+
 def describe(fp: Fingerprint, decisions: List[Decision]) -> str:
     """The fingerprint and the decisions as a short text table."""
     sizes = f"{int(np.median(fp.heights))} x {int(np.median(fp.widths))} (median)"
@@ -240,4 +252,10 @@ def plan_config(cfg: Config, memory_gib: float = 2.0, show_progress: bool = Fals
     dataset = FolderDataset(data.root, "train", 1, 2**16, data.palette, None)  # pairs only: read as stored
     fp = fingerprint(dataset, show_progress)
     decisions = decide(planned, fp, memory_gib)
-    return config_from_dict(config_to_dict(planned)), describe(fp, decisions)
+    planned = config_from_dict(config_to_dict(planned))
+    table = describe(fp, decisions)
+    if planned.train.class_weights == "auto":
+        weights = ", ".join(f"{weight:.3f}" for weight in class_weights_of(fp, planned.data))
+        table += f"\n  train.class_weights auto: [{weights}] from these pixel counts (counted again over every mask " \
+                 f"when training starts)"
+    return planned, table
