@@ -14,14 +14,6 @@ ABOVE_DECODE = ("training", "inference", "deploy", "benchmarks", "serving", "fac
 KNOWN_UPWARD = {
     # long-form decoding turns waveform windows into features with the inference module's frontend
     (f"{PACKAGE}.decode.longform", f"{PACKAGE}.inference"),
-    # decoding tuning loads the model and the validation data through inference ...
-    (f"{PACKAGE}.decode.tuning", f"{PACKAGE}.inference"),
-    # ... refuses a test set by the calibration's rule (why_test_set),
-    (f"{PACKAGE}.decode.tuning", f"{PACKAGE}.training.calibration"),
-    # ... reads the checkpoint it tunes (load_checkpoint),
-    (f"{PACKAGE}.decode.tuning", f"{PACKAGE}.training.checkpointing"),
-    # ... and scores each grid point with the training's evaluate
-    (f"{PACKAGE}.decode.tuning", f"{PACKAGE}.training.evaluation"),
 }
 
 

@@ -330,7 +330,7 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
 
 
 def test_the_tuning_grid_order_and_the_section_beam_size():
-    from paraformer_asr.decode.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHT, DEFAULT_SPREAD, LM_WEIGHTS, decoding_grid
+    from paraformer_asr.training.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHT, DEFAULT_SPREAD, LM_WEIGHTS, decoding_grid
 
     section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5"]).decode
     grid = decoding_grid(section)
@@ -371,7 +371,7 @@ def test_tune_decoding_tries_the_spread_it_is_given_and_refuses_one_below_1(tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("predictor", ["cif", "ctc"])
 def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_path, predictor):
-    from paraformer_asr.decode.tuning import decoding_grid
+    from paraformer_asr.training.tuning import decoding_grid
     from paraformer_asr.inference import load_model
     from paraformer_asr.training.loop import train
 
@@ -393,7 +393,7 @@ def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_p
 
 
 def test_the_simplest_setting_within_the_tolerance_of_the_best_is_chosen():
-    from paraformer_asr.decode.tuning import TIE_TOLERANCE, choose
+    from paraformer_asr.training.tuning import TIE_TOLERANCE, choose
 
     assert choose([0.10, 0.05, 0.02, 0.03]) == 2
     assert choose([0.10, 0.0205, 0.02]) == 1  # a near-tie keeps the simpler, earlier setting
@@ -402,7 +402,7 @@ def test_the_simplest_setting_within_the_tolerance_of_the_best_is_chosen():
 
 
 def test_a_near_tie_passes_one_pass_greedy_by_and_keeps_the_stronger_lm():
-    from paraformer_asr.decode.tuning import TIE_TOLERANCE, choose, decoding_grid
+    from paraformer_asr.training.tuning import TIE_TOLERANCE, choose, decoding_grid
 
     grid = decoding_grid(config_from_dict(tiny_raw_config()).decode, ctc_head=True)
     lowest = 0.01

@@ -1,5 +1,5 @@
 """Choices fitted on data are made on validation data, whoever asks: the library's ``tune_checkpoint``
-(decode/tuning.py) and ``calibrate_checkpoint`` (training/calibration.py) refuse a test set (the test split, the
+(training/tuning.py) and ``calibrate_checkpoint`` (training/calibration.py) refuse a test set (the test split, the
 config's test manifest, a manifest whose file name says test), not only the scripts' argument parsers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from asr_helpers import SPEECH_RATE, speech_like, tiny_audio_config, tiny_model,
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import write_audio
 from paraformer_asr.data.setup import build_data
-from paraformer_asr.decode.tuning import decoding_grid, tune_checkpoint
+from paraformer_asr.training.tuning import decoding_grid, tune_checkpoint
 from paraformer_asr.errors import ConfigError, UserError
 from paraformer_asr.training.calibration import calibrate_checkpoint, names_test_set
 from paraformer_asr.training.checkpointing import save_checkpoint

@@ -177,7 +177,7 @@ class DecodeConfig:
     ctc_score_weight: float = 0.0
     # at the end of training, choose method, lm_weight, length_candidates, count_prior and ctc_score_weight on the
     # validation set
-    # (decode/tuning.py) and store the choice in best.pt
+    # (training/tuning.py) and store the choice in best.pt
     tune: bool = False
 
 

@@ -4,7 +4,7 @@ Training refits it on the validation set at every validation (``train.calibrate_
 same for a finished checkpoint: one trained before the calibration existed, an averaged one
 (scripts/average_checkpoints.py refits it on validation data itself), or one moving to recordings of a new kind (give a
 manifest of them). The test set is refused unless asked for: scores on the calibration set are in-sample.
-What counts as a test set (:func:`why_test_set`) is shared with the choice of the decoding (decode/tuning.py): the
+What counts as a test set (:func:`why_test_set`) is shared with the choice of the decoding (training/tuning.py): the
 test split, the config's test manifest, and a manifest whose file name says test (:func:`names_test_set`).
 The payload records the set it was fitted on (``calibrated_on``); eval.py warns when it scores that same set.
 """

@@ -29,7 +29,7 @@ from paraformer_asr.data.setup import DataBundle, build_data, make_loader, token
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
 from paraformer_asr.errors import CheckpointError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
-from paraformer_asr.decode.tuning import grid_table, refuse_test_set, tune_checkpoint
+from paraformer_asr.training.tuning import grid_table, refuse_test_set, tune_checkpoint
 from paraformer_asr.factory import build_model, count_parameters
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
@@ -272,7 +272,7 @@ class Trainer:
         return self.run.path
 
     def _tune_decoding(self) -> None:
-        """``decode.tune``: choose best.pt's decoding on the validation set (decode/tuning.py), store it in best.pt
+        """``decode.tune``: choose best.pt's decoding on the validation set (training/tuning.py), store it in best.pt
         and write the grid's scores to ``decoding.md`` in the run folder."""
         best_path = self.run.checkpoints / "best.pt"
         payload, best, rows = tune_checkpoint(best_path, "val", self.cfg.train.eval_batch_size, self.device)
