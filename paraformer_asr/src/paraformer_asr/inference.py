@@ -1,8 +1,9 @@
 """Loading a trained model from a checkpoint and turning inputs into feature batches.
 
 ``load_model`` also loads export folders, through the onnxruntime backend (deploy/runtime.py), which imports nothing
-from here: what both backends load, :class:`LoadedModel`, lives in loaded_model.py (imported here, so it is also
-``paraformer_asr.inference.LoadedModel``)."""
+from here: what both backends load, :class:`LoadedModel`, lives in loaded_model.py with
+:func:`features_from_waveform` (both imported here, so they are also ``paraformer_asr.inference.LoadedModel`` and
+``paraformer_asr.inference.features_from_waveform``)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,12 @@ from torch.utils.data import DataLoader
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import load_audio
 from paraformer_asr.data.frontend import FeatureNormalizer
-from paraformer_asr.data.setup import make_frontend, make_loader, manifest_dataset
+from paraformer_asr.data.setup import make_loader, manifest_dataset
 from paraformer_asr.data.tokenizer import tokenizer_from_dict
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.errors import CheckpointError, ConfigError, DataError
 from paraformer_asr.factory import build_model
-from paraformer_asr.loaded_model import LoadedModel
+from paraformer_asr.loaded_model import LoadedModel, features_from_waveform
 from paraformer_asr.runtime import apply_num_threads, resolve_device
 from paraformer_asr.training.checkpointing import load_checkpoint
 
@@ -87,13 +88,6 @@ def model_from_checkpoint(state: dict, path: Path, device: torch.device) -> Load
     model.to(device).eval()
     calibrated_on = (state.get("calibrated_on") or {}).get("data")
     return LoadedModel(model, cfg, tokenizer, normalizer, int(state["input_dim"]), path, calibrated_on)
-
-
-def features_from_waveform(waveform: torch.Tensor, loaded: LoadedModel) -> torch.Tensor:
-    """Mono samples [N] at the checkpoint's ``data.sample_rate`` -> features [T, F] through the checkpoint's
-    front end and normaliser (what training computed)."""
-    features = make_frontend(loaded.cfg)(waveform)
-    return loaded.normalizer(features) if loaded.normalizer is not None else features
 
 
 def features_from_file(path: Path, loaded: LoadedModel) -> tuple[torch.Tensor, float]:

@@ -130,7 +130,7 @@ from paraformer_asr.data.tokenizer import WORD_START, Tokenizer
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.timestamps import frame_clock, group_words, token_entries, word_times
 from paraformer_asr.errors import ConfigError, DataError
-from paraformer_asr.inference import LoadedModel, features_from_waveform
+from paraformer_asr.loaded_model import LoadedModel, features_from_waveform
 from paraformer_asr.metrics.asr_metrics import matched_pairs
 
 SEGMENTATIONS = ("pauses", "windows")
