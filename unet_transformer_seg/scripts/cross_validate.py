@@ -94,7 +94,7 @@ def main() -> int:
             print(f"stopped during fold {fold}; run the same command again to resume it", file=sys.stderr)
             return 128 + int(result.stopped_by_signal)
         rows.append({"fold": fold, "run_dir": str(result.run_dir), **best_row(result.run_dir)})
-        summary = write_summary(out, rows)
+        write_summary(out, rows)
         pending.unlink(missing_ok=True)
         print(f"fold {fold}: best val mean Dice {rows[-1]['best_val_mean_dice']:.4f} ({result.run_dir})",
               file=sys.stderr)

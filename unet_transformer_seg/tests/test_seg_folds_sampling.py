@@ -107,7 +107,8 @@ def test_a_set_smaller_than_a_batch_repeats_with_windows_of_its_own(tmp_path):
     root = _folder(tmp_path / "set", (("train", 3),))
     cfg = load_config(None, ["data.kind=folder", f"data.root={root}", "data.num_classes=2", "data.image_size=8",
                              "data.resize_mode=pad"])
-    split = build_split(cfg, "train", train=True, repeats=4)
+    split = build_split(cfg, "train", train=True)
+    split.repeats = 4  # as the trainer sets it for a set smaller than a step
     assert len(split) == 12 and [split.name(i) for i in (0, 3, 6)] == ["train_0"] * 3
     first, again = split[0][0], split[3][0]  # the same image, another window and flips
     assert first.shape == again.shape == (3, 8, 8) and not torch.equal(first, again)

@@ -243,8 +243,8 @@ def describe(fp: Fingerprint, decisions: List[Decision]) -> str:
 
 
 def plan_config(cfg: Config, memory_gib: float = 2.0, show_progress: bool = False) -> Tuple[Config, str]:
-    """A copy of `cfg` with every `auto` value planned from ROOT/train (folds: the same images, the pool's train
-    part), and the table saying why; a config without `auto` comes back unchanged with an empty table."""
+    """A copy of `cfg` with every `auto` value planned from ROOT/train (with folds as well:
+    every fold trains the same plan), and the table saying why; a config without `auto` comes back unchanged with an empty table."""
     if not auto_keys(cfg):
         return cfg, ""
     planned = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data), train=dataclasses.replace(cfg.train))

@@ -227,14 +227,12 @@ def pooled_dataset(cfg: Config) -> FolderDataset:
 
 
 def build_split(
-    cfg: Config, split: str, train: bool, root: Optional[str] = None, resize_for_eval: bool = True,
-    repeats: int = 1,
+    cfg: Config, split: str, train: bool, root: Optional[str] = None, resize_for_eval: bool = True
 ) -> SegmentationSplit:
-    """A split with its transform; `resize_for_eval=False` keeps evaluation images at their own size (windows);
-    `repeats` copies of a training split (SegmentationSplit)."""
+    """A split with its transform; `resize_for_eval=False` keeps evaluation images at their own size (windows)."""
     data = cfg.data
     transform = SegmentationTransform(
         data.image_size, Normalization.from_config(data), train, data.resize_mode, data.hflip, data.vflip, data.rot90,
         resize_for_eval, data.foreground_fraction,
     )
-    return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed, repeats)
+    return SegmentationSplit(base_dataset(cfg, split, root), transform, cfg.run.seed)
