@@ -113,9 +113,9 @@ def test_blank_offsets_run_from_fewest_tokens_to_most_and_shift_only_the_blank()
     assert torch.equal(counts[:, 1], plain)  # offset 0 is the plain greedy path
 
 
-def _ctc_setup(predictor: str = "ctc"):
+def _ctc_setup(predictor: str = "ctc", ctc_queries: str = "states"):
     raw = tiny_raw_config()
-    raw["model"].update(predictor=predictor, ctc_weight=0.3)
+    raw["model"].update(predictor=predictor, ctc_weight=0.3, ctc_queries=ctc_queries)
     cfg = config_from_dict(raw)
     data = build_data(cfg)
     torch.manual_seed(0)
@@ -124,15 +124,17 @@ def _ctc_setup(predictor: str = "ctc"):
     return cfg, data, model, batch
 
 
-def test_training_queries_equal_the_target_length_and_gradients_reach_encoder_and_ctc_head():
-    _, _, model, batch = _ctc_setup()
+@pytest.mark.parametrize("ctc_queries", ["states", "posteriors"])
+def test_training_queries_equal_the_target_length_and_gradients_reach_encoder_and_ctc_head(ctc_queries):
+    _, _, model, batch = _ctc_setup(ctc_queries=ctc_queries)
     model.train()
     out = model.compute_loss(batch)
     assert out.cif.num_tokens.tolist() == batch.token_lengths.tolist()
     assert out.cif.embeddings.shape[:2] == batch.tokens.shape and out.logits.shape[:2] == batch.tokens.shape
     assert set(out.terms) == {"ce", "ctc"}
     out.total.backward()
-    for name in ("encoder", "ctc", "decoder"):
+    parts = ("encoder", "ctc", "decoder") + (("predictor",) if ctc_queries == "posteriors" else ())
+    for name in parts:
         grads = [p.grad for n, p in model.named_parameters() if n.startswith(name + ".")]
         assert all(g is not None for g in grads) and sum(float(g.abs().sum()) for g in grads) > 0, name
 
@@ -156,6 +158,39 @@ def test_padding_does_not_change_an_utterance_decoding(predictor):
     starts_both, ends_both = model.token_spans(extraction_both)
     assert torch.allclose(starts_both[short_row, :count], starts_alone[0, :count], atol=1e-6)
     assert torch.allclose(ends_both[short_row, :count], ends_alone[0, :count], atol=1e-6)
+
+
+def test_posterior_queries_are_each_tokens_mean_ctc_posterior_through_the_map():
+    _, data, model, batch = _ctc_setup(ctc_queries="posteriors")
+    with torch.no_grad():  # a CTC head that emits: bias it away from blank so the greedy path has tokens
+        model.ctc.proj.bias[data.tokenizer.blank_id] = -5.0
+    model.eval()
+    with torch.no_grad():
+        encoder_out, enc_mask = model.encode(batch.features, batch.feat_mask)
+        extraction, log_probs = model.extract_tokens(encoder_out, enc_mask)
+    assert int(extraction.num_tokens.min()) > 0
+    posterior_map = model.predictor.posterior_map
+    for row in range(batch.size):
+        for token in range(int(extraction.num_tokens[row])):
+            frames = (extraction.frame_tokens[row] == token).nonzero().flatten()
+            mean_posterior = log_probs[row, frames].exp().mean(dim=0)  # [V]
+            assert torch.allclose(extraction.embeddings[row, token], posterior_map(mean_posterior), atol=1e-5)
+
+
+def test_posterior_queries_length_candidates_match_greedy_in_the_middle_and_are_refused_without_the_ctc_extractor():
+    _, data, model, batch = _ctc_setup(ctc_queries="posteriors")
+    with torch.no_grad():
+        model.ctc.proj.bias[data.tokenizer.blank_id] = -5.0
+    model.eval()
+    greedy_tokens, greedy_lengths, _ = model.decode_aligned(batch.features, batch.feat_mask)
+    # a prior that forbids every count but the plain path's: the candidates must give the greedy decoding
+    tokens, lengths, _ = model.decode_aligned(batch.features, batch.feat_mask, length_candidates=2, count_prior=1e6)
+    assert torch.equal(lengths, greedy_lengths)
+    assert torch.equal(tokens[:, :greedy_tokens.shape[1]], greedy_tokens)
+    raw = tiny_raw_config()
+    raw["model"].update(predictor="cif", ctc_weight=0.3, ctc_queries="posteriors")
+    with pytest.raises(ConfigError, match="model.ctc_queries"):
+        config_from_dict(raw)
 
 
 def test_ctc_spans_are_ordered_and_beam_search_accepts_the_ctc_extractor():

@@ -29,6 +29,7 @@ MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
 CTC_NORMALIZATIONS = ("token", "utterance")
 PREDICTORS = ("cif", "ctc")
+CTC_QUERIES = ("states", "posteriors")
 DECODE_METHODS = ("greedy", "beam")
 
 
@@ -131,6 +132,8 @@ class ModelConfig:
     length_normalized_loss: bool = False
     # Paraformer token extraction: cif (integrate-and-fire) or ctc (the CTC path, Paraformer-v2; needs ctc_weight > 0)
     predictor: str = field(default="cif", metadata=_choices(*PREDICTORS))
+    # ctc extractor's queries: states (mean encoder state per token) or posteriors (mean CTC posterior, projected)
+    ctc_queries: str = field(default="states", metadata=_choices(*CTC_QUERIES))
     predictor_bias: int = 0  # 1: the CIF also fires for an <eos> after the last token (FunASR's predictor_bias)
     activation_checkpointing: bool = False
 
@@ -324,6 +327,8 @@ def validate(cfg: Config) -> Config:
         _require(model.ctc_weight < 1, "model.ctc_weight", "< 1 with model.ctc_combination 'interpolate' (the decoder "
                  "loss would get no weight)", model.ctc_weight)
     _require(model.predictor_bias in (0, 1), "model.predictor_bias", "0 or 1", model.predictor_bias)
+    _require(model.ctc_queries == "states" or model.predictor == "ctc", "model.ctc_queries",
+             "'states' unless model.predictor is 'ctc' (only the CTC extractor reads them)", model.ctc_queries)
     if model.type == "paraformer" and model.predictor == "ctc":
         _require(model.ctc_weight > 0, "model.ctc_weight", "> 0 with model.predictor 'ctc' (the CTC head places the "
                  "tokens)", model.ctc_weight)

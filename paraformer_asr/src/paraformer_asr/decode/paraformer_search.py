@@ -38,7 +38,8 @@ class ParaformerDecoding:
     ``encode``, ``cif_alphas(encoder_out, enc_mask) -> (alphas, calibrated alphas)`` ([B, T'] each, threshold units) and
     ``decode_queries(embeddings, token_mask, encoder_out, enc_mask) -> logits [B, N, V]`` (the CIF and the decoder
     alone, for length candidates), ``ctc_log_probs(encoder_out) -> [B, T', V]`` or None (the CTC head's, for the
-    CTC score of length candidates and the CTC extractor's candidates), ``cfg`` (its ModelConfig), ``pad_id``,
+    CTC score of length candidates and the CTC extractor's candidates), ``ctc_frame_queries(encoder_out, log_probs)
+    -> [B, T', D]`` (the CTC extractor's per-frame queries, for its candidates), ``cfg`` (its ModelConfig), ``pad_id``,
     ``eos_id`` and ``blank_id``."""
 
     gives_timestamps = True  # token times from the extractor: decode_aligned + token_spans + decode/timestamps.py
@@ -187,8 +188,9 @@ class ParaformerDecoding:
         offsets = blank_offsets(spread, ctc_log_probs.device)  # [K]
         frame_tokens, num_tokens = candidate_frame_tokens(ctc_log_probs, repeated_mask, offsets,
                                                           self.blank_id)  # [B*K, T'], [B*K]
-        extraction = frames_to_extraction(repeated, repeated_mask, ctc_log_probs.repeat_interleave(width, dim=0),
-                                          frame_tokens, num_tokens, self.blank_id)
+        repeated_log_probs = ctc_log_probs.repeat_interleave(width, dim=0)  # [B*K, T', V]
+        extraction = frames_to_extraction(self.ctc_frame_queries(repeated, repeated_log_probs), repeated_mask,
+                                          repeated_log_probs, frame_tokens, num_tokens, self.blank_id)
         plain = num_tokens.view(-1, width)[:, spread]  # [B] offset 0
         return extraction, plain.to(torch.float32).repeat_interleave(width)
 

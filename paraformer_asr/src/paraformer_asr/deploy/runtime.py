@@ -118,6 +118,14 @@ class OnnxParaformer(ExportedModel, ParaformerDecoding):
         outputs = self._predict(encoder_out, enc_mask)
         return outputs["alphas"] / self.cfg.cif_threshold, outputs["integrated_alphas"]
 
+    def ctc_frame_queries(self, encoder_out: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+        """The CTC extractor's per-frame queries for its length candidates: the encoder states [B, T', D]. The map of
+        ``model.ctc_queries: posteriors`` lives inside the predictor graph, so such an export decodes greedily only."""
+        if self.cfg.ctc_queries != "states":
+            raise ValueError(f"length candidates of an exported model with model.ctc_queries {self.cfg.ctc_queries!r} "
+                             "are not exported: decode it greedily, or the PyTorch checkpoint with candidates")
+        return encoder_out
+
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:
         """The decoder graph: queries [B, N, D], token_mask [B, N] -> logits [B, N, V]."""

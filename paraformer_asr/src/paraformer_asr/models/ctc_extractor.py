@@ -7,7 +7,10 @@ Instead of the CIF's integrate-and-fire, every output token owns the encoder fra
 * training: the Viterbi forced alignment of the reference under the same CTC posteriors, so the number of
   queries equals the target length and query k belongs to reference token k.
 
-Token k's query is the mean of the encoder states of its frames; its span [first frame, last frame + 1) gives
+Token k's query is the mean of the encoder states of its frames (``model.ctc_queries: states``), or, as in the
+paper, the mean of its frames' CTC posteriors [V] through a linear map to D (``posteriors``: the decoder then
+starts from what the CTC head heard, a soft token, and refines it against the encoder). The map is applied per frame
+before the mean (a linear map of a mean is the mean of the maps), so both kinds pool the same way. Its span [first frame, last frame + 1) gives
 its time (decode/timestamps.py). The alignment is a max-product DP over time, batched over utterances and
 states; the frame merge is a cumsum, the means one token-by-frame matrix product (no loop over frames or tokens).
 
@@ -194,12 +197,22 @@ def pool_frames(hidden: torch.Tensor, frame_tokens: torch.Tensor, num_tokens: to
 class CtcTokenExtractor(nn.Module):
     """forward(hidden [B, T, D], mask [B, T] bool, log_probs [B, T, V] of the CTC head, targets [B, S] | None,
     target_lengths [B] | None) -> CtcExtraction: forced alignment of the targets when given (training; N = S),
-    the merged greedy path otherwise. No parameters of its own: it reads the model's CTC head."""
+    the merged greedy path otherwise. It reads the model's CTC head; its only parameters are the posteriors' map
+    to D (``queries`` 'posteriors')."""
 
-    def __init__(self, d_model: int, blank_id: int):
+    def __init__(self, d_model: int, blank_id: int, queries: str = "states", vocab_size: int | None = None):
         super().__init__()
         self.d_model = d_model
         self.blank_id = blank_id
+        self.queries = queries
+        self.posterior_map = nn.Linear(vocab_size, d_model) if queries == "posteriors" else None
+
+    def frame_queries(self, hidden: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+        """What each frame adds to its token's query: hidden [B, T, D], log_probs [B, T, V] -> [B, T, D], the encoder
+        states, or the CTC posteriors mapped to D."""
+        if self.posterior_map is None:
+            return hidden
+        return self.posterior_map(log_probs.exp().to(hidden.dtype))  # [B, T, D]
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
                 targets: torch.Tensor | None = None, target_lengths: torch.Tensor | None = None) -> CtcExtraction:
@@ -210,19 +223,21 @@ class CtcTokenExtractor(nn.Module):
             return self.greedy(hidden, mask, log_probs)
         assert_shape(target_lengths, "B", "target_lengths", dims)
         frame_tokens, _ = forced_alignment(log_probs, mask, targets, target_lengths, self.blank_id)
-        return frames_to_extraction(hidden, mask, log_probs, frame_tokens, target_lengths.long(), self.blank_id)
+        return frames_to_extraction(self.frame_queries(hidden, log_probs), mask, log_probs, frame_tokens, target_lengths.long(), self.blank_id)
 
     def greedy(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
                width: int | None = None) -> CtcExtraction:
         """Inference: the queries of the merged greedy path (``width`` token slots, as :func:`pool_frames`)."""
         frame_tokens = greedy_frame_tokens(log_probs, mask, self.blank_id)  # [B, T]
         num_tokens = (frame_tokens.max(dim=1).values + 1).clamp(min=0)  # [B]
-        return frames_to_extraction(hidden, mask, log_probs, frame_tokens, num_tokens, self.blank_id, width)
+        return frames_to_extraction(self.frame_queries(hidden, log_probs), mask, log_probs, frame_tokens, num_tokens,
+                                    self.blank_id, width)
 
 
 def frames_to_extraction(hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor, frame_tokens: torch.Tensor,
                          num_tokens: torch.Tensor, blank_id: int, width: int | None = None) -> CtcExtraction:
-    """Each frame's token [B, T] -> the CtcExtraction: pooled queries and spans (:func:`pool_frames`), the token
+    """Each frame's token [B, T] and query [B, T, D] (``hidden``: :meth:`CtcTokenExtractor.frame_queries`) -> the
+    CtcExtraction: pooled queries and spans (:func:`pool_frames`), the token
     mask, and the not-blank posterior of every frame."""
     embeddings, starts, ends = pool_frames(hidden, frame_tokens, num_tokens, width)  # [B, N, D], [B, N], [B, N]
     token_mask = lengths_to_mask(num_tokens, embeddings.shape[1])  # [B, N]

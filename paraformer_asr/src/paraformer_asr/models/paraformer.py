@@ -42,7 +42,7 @@ class Paraformer(nn.Module):
         self.blank_id = blank_id
         self.encoder = Encoder.from_config(cfg, input_dim, subsampling_factor)
         if cfg.predictor == "ctc":
-            self.predictor = CtcTokenExtractor(cfg.d_model, blank_id)
+            self.predictor = CtcTokenExtractor(cfg.d_model, blank_id, cfg.ctc_queries, vocab_size)
         else:
             self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold)
         self.decoder = NarDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
@@ -67,6 +67,10 @@ class Paraformer(nn.Module):
     def ctc_log_probs(self, encoder_out: torch.Tensor) -> torch.Tensor | None:
         """encoder_out [B, T', D] -> the CTC head's log-probs [B, T', V], or None without a CTC head."""
         return self.ctc(encoder_out) if self.ctc is not None else None
+
+    def ctc_frame_queries(self, encoder_out: torch.Tensor, log_probs: torch.Tensor) -> torch.Tensor:
+        """The CTC extractor's per-frame queries: encoder_out [B, T', D], log_probs [B, T', V] -> [B, T', D]."""
+        return self.predictor.frame_queries(encoder_out, log_probs)
 
     def decode_queries(self, embeddings: torch.Tensor, token_mask: torch.Tensor, encoder_out: torch.Tensor,
                        enc_mask: torch.Tensor) -> torch.Tensor:
