@@ -61,9 +61,20 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
                                                                             runs_by_type["transformer_ar"], True)]
     assert pairs[0]["speedup"] == pytest.approx(greedy[pairs[0]["ar"]] / greedy[pairs[0]["paraformer"]])
     lines = table.read_text().splitlines()
-    assert len(lines) == 2 + len(result["decoding"]) + 1 + 2 + len(pairs)
+    shipped_pairs = result["shipped_speedup_batch1_paraformer_vs_ar"]
+    assert len(shipped_pairs) == 1 and shipped_pairs[0]["paraformer_decoder_passes"] == 3  # candidates +-1
+    shipped_ms = {r["model_type"]: r["latency_ms_per_utterance"] for r in shipped if r["batch_size"] == 1}
+    assert shipped_pairs[0]["speedup"] == pytest.approx(shipped_ms["transformer_ar"] / shipped_ms["paraformer"])
+    assert len(lines) == 2 + len(result["decoding"]) + 1 + 2 + len(pairs) + 1 + 2 + len(shipped_pairs)
     assert re.fullmatch(r"\| \w+_paraformer \(characters\) \| \w+_transformer_ar \(characters\) \| PyTorch \| yes \| "
-                        r"[\d.]+x \| [\d.]+x \|", lines[-1])
+                        r"[\d.]+x \| [\d.]+x \|", lines[-5])
+    assert re.fullmatch(r"\| \w+_paraformer: config: beam 3 \+ LM 2 \(0.5\), length candidates 1 \(3\) \| "
+                        r"\w+_transformer_ar: config: greedy \| PyTorch \| yes \| [\d.]+x \|", lines[-1])
+    for r in result["decoding"]:  # the decoder runs once per Paraformer candidate, once per AR output step
+        if r["model_type"] == "paraformer":
+            assert r["decoder_passes_per_utterance"] == 1 + 2 * r["length_candidates"]
+        else:
+            assert r["decoder_passes_per_utterance"] >= 1
     for r in rows:  # the encoder alone is timed on greedy rows
         assert (r["encoder_ms_per_utterance"] is None) == (r["method"] == "beam")
     paraformer = next(r for r in rows if r["model_type"] == "paraformer" and r["method"] == "greedy"

@@ -5,13 +5,15 @@ import torch
 
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.benchmarks.decoding import benchmark_decoding
+from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.training.evaluation import evaluate
 
 from asr_helpers import tiny_model
 
 KEYS = {"method", "beam_size", "lm_order", "lm_weight", "length_candidates", "count_prior", "ctc_score_weight",
         "num_utterances", "num_batches", "batch_size", "seconds", "audio_seconds", "rtf", "latency_ms_per_utterance",
-        "latency_ms_per_batch", "encoder_ms_per_utterance", "reference_tokens_per_utterance", "cer"}
+        "latency_ms_per_batch", "encoder_ms_per_utterance", "reference_tokens_per_utterance",
+        "decoder_passes_per_utterance", "cer"}
 
 
 @pytest.mark.parametrize("model_type", ["paraformer", "transformer_ar"])
@@ -33,6 +35,9 @@ def test_benchmark_decoding_reports_consistent_numbers(model_type):
             sum(float(b.token_lengths.sum()) for b in batches) / 12)
         scores, _, _ = evaluate(model, batches, data.tokenizer, device, method, beam_size=2)
         assert result["cer"] == pytest.approx(scores["cer"])
+        hypotheses = [t.hyp_tokens for t in transcribe_batches(model, batches, device, method=method, beam_size=2)[0]]
+        expected_passes = 1.0 if model_type == "paraformer" else sum(len(h) + 1 for h in hypotheses) / 12
+        assert result["decoder_passes_per_utterance"] == pytest.approx(expected_passes)
         encoder_ms = result["encoder_ms_per_utterance"]  # the encoder alone: timed on greedy rows only
         assert (encoder_ms is None) if method == "beam" else encoder_ms > 0
     with pytest.raises(ValueError, match="greedy"):

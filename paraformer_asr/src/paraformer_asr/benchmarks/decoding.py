@@ -41,7 +41,9 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
     latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
     transcript length in tokens: the autoregressive decoder's step count) and cer (over the text
-    decoded with ``tokenizer``, as scripts/eval.py computes it). Greedy rows also time the encoder alone on the same
+    decoded with ``tokenizer``, as scripts/eval.py computes it), decoder_passes_per_utterance (how many times the
+    decoder runs over an utterance: a Paraformer once, or 2 k + 1 times with k length candidates; the autoregressive
+    model once per output step, its hypothesis length + 1 for the end). Greedy rows also time the encoder alone on the same
     batches (a separate pass): encoder_ms_per_utterance (None for beam rows), the share of the latency the models'
     shared encoder architecture takes.
     """
@@ -61,6 +63,10 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     cer = score_transcripts([t.ref_tokens for t in transcripts], hypotheses, [t.ref_text for t in transcripts],
                             [tokenizer.decode(h) for h in hypotheses]).cer
     audio_seconds = sum(t.duration_s for t in transcripts)
+    if model.cfg.type == "paraformer":
+        decoder_passes = 1.0 + 2 * length_candidates
+    else:
+        decoder_passes = sum(len(h) + 1 for h in hypotheses) / len(hypotheses)
     return {
         "method": method,
         "beam_size": beam_size if method == "beam" else 1,
@@ -79,6 +85,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "latency_ms_per_batch": 1000.0 * seconds / len(batches),
         "encoder_ms_per_utterance": None if encoder_seconds is None else 1000.0 * encoder_seconds / len(transcripts),
         "reference_tokens_per_utterance": sum(len(t.ref_tokens) for t in transcripts) / len(transcripts),
+        "decoder_passes_per_utterance": decoder_passes,
         "cer": cer,
     }
 
@@ -179,6 +186,21 @@ def paraformer_speedups(rows: list[dict]) -> list[dict]:
             for a in greedy if a["model_type"] == "transformer_ar" and backend_name(a) == backend_name(p)]
 
 
+def shipped_speedups(rows: list[dict]) -> list[dict]:
+    """Batch-1 latency of every autoregressive model's shipped decoding (its config-decoding row) divided by every
+    Paraformer's shipped decoding on the same backend: what a user of the two configs sees. One entry per pair:
+    ``paraformer_name``, ``ar_name``, their ``*_units`` and ``*_decode`` labels, ``same_units``, ``backend``,
+    ``paraformer_decoder_passes`` and ``speedup``. Empty without --config-decoding rows."""
+    shipped = [r for r in rows if r["config_decoding"] and r["batch_size"] == 1]
+    return [{"paraformer_name": p["name"], "paraformer_units": p["units"], "paraformer_decode": decoding_label(p),
+             "ar_name": a["name"], "ar_units": a["units"], "ar_decode": decoding_label(a),
+             "same_units": p["units"] == a["units"], "backend": backend_name(p),
+             "paraformer_decoder_passes": p["decoder_passes_per_utterance"],
+             "speedup": a["latency_ms_per_utterance"] / p["latency_ms_per_utterance"]}
+            for p in shipped if p["model_type"] == "paraformer"
+            for a in shipped if a["model_type"] == "transformer_ar" and backend_name(a) == backend_name(p)]
+
+
 def greedy_speedups(rows: list[dict]) -> dict:
     """Batch-1 greedy latency of the slowest model divided by each model's."""
     greedy = {r["checkpoint"]: r["latency_ms_per_utterance"] for r in rows
@@ -215,14 +237,14 @@ def backend_name(row: dict) -> str:
 
 def markdown_table(rows: list[dict]) -> str:
     """The rows, then (with both model types) the batch-1 greedy speed-up of each Paraformer over each AR model."""
-    lines = ["| model | units | checkpoint | backend | decode | batch | utterances | tokens / utt. | CER | RTF | "
-             "latency (ms / utt.) | encoder alone (ms / utt.) | throughput (utt. / s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | units | checkpoint | backend | decode | decoder passes / utt. | batch | utterances | "
+             "tokens / utt. | CER | RTF | latency (ms / utt.) | encoder alone (ms / utt.) | throughput (utt. / s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decode = decoding_label(r)
         encoder = "" if r.get("encoder_ms_per_utterance") is None else f"{r['encoder_ms_per_utterance']:.2f}"
         lines.append(f"| {r['model_type']} | {r['units']} | {r['name']} | {backend_name(r)} | {decode} | "
-                     f"{r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
+                     f"{r['decoder_passes_per_utterance']:.1f} | {r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
                      f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
                      f"{r['latency_ms_per_utterance']:.2f} | {encoder} | "
                      f"{1000.0 / r['latency_ms_per_utterance']:.1f} |")
@@ -233,4 +255,11 @@ def markdown_table(rows: list[dict]) -> str:
         lines += [f"| {p['paraformer_name']} ({p['paraformer_units']}) | {p['ar_name']} ({p['ar_units']}) | "
                   f"{p['backend']} | {'yes' if p['same_units'] else 'no'} | {p['speedup']:.1f}x | "
                   + ("" if p["encoder_bound"] is None else f"{p['encoder_bound']:.1f}x") + " |" for p in pairs]
+    shipped = shipped_speedups(rows)
+    if shipped:
+        lines += ["", "| Paraformer, shipped decoding (decoder passes) | AR, shipped decoding | backend | same units | "
+                  "speed-up, batch 1 |", "|---|---|---|---|---|"]
+        lines += [f"| {p['paraformer_name']}: {p['paraformer_decode']} ({p['paraformer_decoder_passes']:g}) | "
+                  f"{p['ar_name']}: {p['ar_decode']} | {p['backend']} | {'yes' if p['same_units'] else 'no'} | "
+                  f"{p['speedup']:.1f}x |" for p in shipped]
     return "\n".join(lines) + "\n"
