@@ -84,6 +84,77 @@ class VoicePerturbConfig:
     envelope_max_db: float = 0.0  # largest amplitude of each term in dB, e.g. 6
 
 
+NOISE_KINDS = ("white", "pink", "babble")
+
+
+@dataclass
+class ReverbConfig:
+    """A synthetic room: the waveform convolved with a random impulse response (data/augment.py)."""
+
+    p: float = 0.0  # probability per training item and epoch; 0 = off
+    rt60_s: list[float] = field(default_factory=lambda: [0.2, 0.8])  # reverberation time drawn in [low, high] s
+    drr_db: list[float] = field(default_factory=lambda: [0.0, 12.0])  # direct-to-reverberant ratio in [low, high] dB
+    early_reflections: int = 4  # discrete echoes 1-50 ms after the direct sound
+
+
+@dataclass
+class NoiseConfig:
+    """Additive noise at a random signal-to-noise ratio (data/augment.py)."""
+
+    p: float = 0.0  # probability per training item and epoch; 0 = off
+    snr_db: list[float] = field(default_factory=lambda: [5.0, 30.0])  # SNR drawn in [low, high] dB
+    kinds: list[str] = field(default_factory=lambda: list(NOISE_KINDS))  # one drawn uniformly: white, pink, babble
+    babble_voices: int = 3  # babble: this many other training utterances summed
+
+
+@dataclass
+class TelephoneConfig:
+    """A telephone channel: 8 kHz, 300-3400 Hz, 8-bit mu-law (data/augment.py)."""
+
+    p: float = 0.0  # probability per training item and epoch; 0 = off
+    mu_law: bool = True  # also encode and decode with 8-bit mu-law companding at 8 kHz
+
+
+@dataclass
+class MicrophoneConfig:
+    """Microphone colouring: a smooth random EQ curve (data/augment.py)."""
+
+    p: float = 0.0  # probability per training item and epoch; 0 = off
+    bands: int = 3  # random peaking bands, besides a low and a high shelf
+    max_db: float = 6.0  # each band's and shelf's gain drawn in [-max_db, max_db]
+
+
+@dataclass
+class LoudnessConfig:
+    """Recording level: a random gain and occasional clipping (data/augment.py)."""
+
+    p: float = 0.0  # probability of a random gain per training item and epoch; 0 = off
+    gain_db: list[float] = field(default_factory=lambda: [-12.0, 6.0])  # gain drawn in [low, high] dB
+    clip_p: float = 0.0  # probability of hard clipping (after the gain); 0 = off
+    clip_level: list[float] = field(default_factory=lambda: [0.3, 0.9])  # clipping level in [low, high] x the peak
+
+
+@dataclass
+class AugmentConfig:
+    """Waveform augmentation toward real recordings, training only, in this order: room, noise, microphone,
+    loudness, telephone (data/augment.py); every p 0 (the default) = off."""
+
+    reverb: ReverbConfig = field(default_factory=ReverbConfig)
+    noise: NoiseConfig = field(default_factory=NoiseConfig)
+    microphone: MicrophoneConfig = field(default_factory=MicrophoneConfig)
+    loudness: LoudnessConfig = field(default_factory=LoudnessConfig)
+    telephone: TelephoneConfig = field(default_factory=TelephoneConfig)
+
+    def probabilities(self) -> dict[str, float]:
+        """Every stage's probability by its key below ``data.augment`` ('reverb.p', ..., 'loudness.clip_p')."""
+        stages = {name: getattr(self, name) for name in ("reverb", "noise", "microphone", "loudness", "telephone")}
+        return {**{f"{name}.p": stage.p for name, stage in stages.items()}, "loudness.clip_p": self.loudness.clip_p}
+
+    @property
+    def enabled(self) -> bool:
+        return any(p > 0 for p in self.probabilities().values())
+
+
 @dataclass
 class DataConfig:
     kind: str = field(default="toy", metadata=_choices("toy", "manifest"))
@@ -100,6 +171,7 @@ class DataConfig:
     speed_perturb: Optional[list[float]] = None  # e.g. [0.9, 1.0, 1.1]: one factor per training item and epoch
     edge_pad_ms: float = 0.0  # training only: 0 .. this much quiet added before and after each item, drawn per epoch
     voice_perturb: VoicePerturbConfig = field(default_factory=VoicePerturbConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)  # training only: rooms, noise, microphones, ...
     utterance_mean: bool = False  # subtract each utterance's mean log-mel before the global normalisation
 
 
@@ -359,6 +431,7 @@ def validate(cfg: Config) -> Config:
     _require(0 <= voice.max_warp < 1, "data.voice_perturb.max_warp", "in [0, 1)", voice.max_warp)
     _require(voice.envelope_terms >= 0, "data.voice_perturb.envelope_terms", ">= 0", voice.envelope_terms)
     _require(voice.envelope_max_db >= 0, "data.voice_perturb.envelope_max_db", ">= 0", voice.envelope_max_db)
+    _validate_augment(data.augment)
     _require(data.sample_rate >= 8000, "data.sample_rate", ">= 8000", data.sample_rate)
     _require(data.n_mels >= 1, "data.n_mels", ">= 1", data.n_mels)
     for key in ("freq_masks", "freq_width", "time_masks", "time_width"):
@@ -371,6 +444,8 @@ def validate(cfg: Config) -> Config:
         _require(data.edge_pad_ms == 0, "data.edge_pad_ms", "0 for toy data (it pads audio)", data.edge_pad_ms)
         _require(voice.max_warp == 0 and voice.envelope_terms * voice.envelope_max_db == 0,
                  "data.voice_perturb", "off (zeros) for toy data (it perturbs log-mel features)", voice)
+        _require(not data.augment.enabled, "data.augment", "off (every p 0) for toy data (it augments audio)",
+                 {key: p for key, p in data.augment.probabilities().items() if p > 0})
         toy = data.toy
         min_frames = toy.min_tokens * toy.min_frames_per_token
         needed = MIN_INPUT_FRAMES[cfg.subsampling_factor]
@@ -382,6 +457,31 @@ def validate(cfg: Config) -> Config:
                  data.train_manifest)
         _require(bool(data.val_manifest), "data.val_manifest", "set when data.kind is 'manifest'", data.val_manifest)
     return cfg
+
+
+def _require_range(values: list[float], key: str, low: float = -math.inf, high: float = math.inf) -> None:
+    """``values`` must be two numbers ``[a, b]`` with ``low <= a <= b <= high``."""
+    bounds = f", within [{low:g}, {high:g}]" if math.isfinite(low) or math.isfinite(high) else ""
+    _require(len(values) == 2 and low <= values[0] <= values[1] <= high, key,
+             f"two numbers [low, high] with low <= high{bounds}", values)
+
+
+def _validate_augment(augment: AugmentConfig) -> None:
+    for key, p in augment.probabilities().items():
+        _require(0 <= p <= 1, f"data.augment.{key}", "in [0, 1]", p)
+    reverb, noise, loudness = augment.reverb, augment.noise, augment.loudness
+    _require_range(reverb.rt60_s, "data.augment.reverb.rt60_s", 0.01, 5.0)
+    _require_range(reverb.drr_db, "data.augment.reverb.drr_db")
+    _require(reverb.early_reflections >= 0, "data.augment.reverb.early_reflections", ">= 0",
+             reverb.early_reflections)
+    _require_range(noise.snr_db, "data.augment.noise.snr_db")
+    _require(bool(noise.kinds) and set(noise.kinds) <= set(NOISE_KINDS), "data.augment.noise.kinds",
+             f"a non-empty list of {list(NOISE_KINDS)}", noise.kinds)
+    _require(noise.babble_voices >= 1, "data.augment.noise.babble_voices", ">= 1", noise.babble_voices)
+    _require(augment.microphone.bands >= 0, "data.augment.microphone.bands", ">= 0", augment.microphone.bands)
+    _require(augment.microphone.max_db >= 0, "data.augment.microphone.max_db", ">= 0", augment.microphone.max_db)
+    _require_range(loudness.gain_db, "data.augment.loudness.gain_db")
+    _require_range(loudness.clip_level, "data.augment.loudness.clip_level", 0.01, 1.0)
 
 
 def _validate_toy(toy: ToyDataConfig) -> None:

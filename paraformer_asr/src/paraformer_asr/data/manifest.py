@@ -36,6 +36,7 @@ import torch
 from torch.utils.data import Dataset
 
 from paraformer_asr.data.audio import audio_info, load_audio, noise_floor, segment_frames
+from paraformer_asr.data.augment import RecordingAugment
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.resample import speed_perturb
 from paraformer_asr.data.tokenizer import Tokenizer
@@ -46,6 +47,7 @@ logger = logging.getLogger("paraformer_asr")
 _SPEED_STREAM = 1  # keeps the speed draws apart from SpecAugment's in the per-item seed
 _VOICE_STREAM = 2  # and the voice perturbation's, so enabling one leaves the others' draws as they were
 _EDGE_STREAM = 3  # and the edge pads'
+_RECORDING_STREAM = 4  # and the recording augmentation's (one generator per stage: data/augment.py)
 
 
 @dataclass(frozen=True)
@@ -181,7 +183,8 @@ class ManifestDataset(Dataset):
     batching); unreadable headers stop with a DataError naming ``manifest:line`` or, with ``skip_bad_files``, are
     skipped and counted. An item decodes its audio (or its segment), resamples it to the front end's rate,
     applies speed perturbation when ``speed_factors`` are given (one factor drawn per item and epoch), pads its edges
-    when ``edge_pad_ms`` > 0 (:meth:`edge_pads_of_epoch`), computes the log-mel features, perturbs the voice
+    when ``edge_pad_ms`` > 0 (:meth:`edge_pads_of_epoch`), makes it sound recorded (``recording_augment``: rooms,
+    noise, microphones, loudness, telephones; data/augment.py), computes the log-mel features, perturbs the voice
     (``voice_perturb``), then normalises them and applies SpecAugment. All randomness is a pure function of (seed,
     index, epoch); call :meth:`set_epoch` each epoch (with DataLoader workers, before the loader is iterated, without
     ``persistent_workers``).
@@ -199,8 +202,10 @@ class ManifestDataset(Dataset):
         speed_factors: Sequence[float] = (),
         voice_perturb: VoicePerturb | None = None,
         edge_pad_ms: float = 0.0,
+        recording_augment: RecordingAugment | None = None,
     ) -> None:
         self.frontend = frontend
+        self.recording_augment = recording_augment
         self.normalizer = normalizer
         self.spec_augment = spec_augment
         self.voice_perturb = voice_perturb
@@ -307,6 +312,10 @@ class ManifestDataset(Dataset):
         lead, trail = (int(n) for n in self._epoch_pads[index])
         if lead or trail:
             waveform = self._pad_edges(waveform, lead, trail, index)  # [lead + N + trail]
+        if self.recording_augment is not None and self.recording_augment.enabled:
+            waveform = self.recording_augment(  # same length
+                waveform, lambda stage: self._generator(index, _RECORDING_STREAM, stage),
+                lambda count, generator: self._other_voices(index, count, generator))
         features = self.frontend(waveform)  # [T, n_mels]
         if self.voice_perturb is not None and self.voice_perturb.enabled:
             features = self.voice_perturb(features, self._generator(index, _VOICE_STREAM))
@@ -335,6 +344,12 @@ class ManifestDataset(Dataset):
         level = noise_floor(waveform.numpy(), self.frontend.sample_rate) * float(torch.rand((), generator=generator))
         quiet = torch.randn(lead + trail, generator=generator) * level  # [lead + trail]
         return torch.cat([quiet[:lead], waveform, quiet[lead:]])
+
+    def _other_voices(self, index: int, count: int, generator: torch.Generator) -> list[torch.Tensor]:
+        """The waveforms [N_j] of ``count`` other items drawn uniformly with ``generator`` (babble noise); of the
+        item itself when it is the only one."""
+        offsets = torch.randint(1, max(len(self.entries), 2), (count,), generator=generator)  # [count] in 1..len-1
+        return [self._waveform((index + int(offset)) % len(self.entries)) for offset in offsets]
 
     def _waveform(self, index: int) -> torch.Tensor:
         entry = self.entries[index]

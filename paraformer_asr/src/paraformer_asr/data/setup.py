@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from paraformer_asr.config import Config
+from paraformer_asr.data.augment import RecordingAugment
 from paraformer_asr.data.batching import Collator, LengthBucketBatchSampler
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
 from paraformer_asr.data.manifest import ManifestDataset, read_manifest
@@ -44,8 +45,8 @@ def make_frontend(cfg: Config):
 
 def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalizer: Any,
                      training: bool = False) -> Dataset:
-    """A ManifestDataset over ``manifest`` (speed and voice perturbation, edge pads and SpecAugment only when
-    ``training``)."""
+    """A ManifestDataset over ``manifest`` (speed and voice perturbation, edge pads, the recording augmentation and
+    SpecAugment only when ``training``)."""
     entries = read_manifest(manifest, skip_bad_files=cfg.data.skip_bad_files)
     check_vocabulary([e.text for e in entries], tokenizer, manifest)
     spec = cfg.data.spec_augment
@@ -55,9 +56,11 @@ def manifest_dataset(cfg: Config, manifest: str, tokenizer: Tokenizer, normalize
     voice = cfg.data.voice_perturb
     voice_perturb = VoicePerturb.for_frontend(frontend, voice.max_warp, voice.envelope_terms,
                                               voice.envelope_max_db) if training else None
+    recording = RecordingAugment(cfg.data.augment, cfg.data.sample_rate) if training else None
     return ManifestDataset(entries, tokenizer, frontend, normalizer=normalizer, spec_augment=augment,
                            skip_bad_files=cfg.data.skip_bad_files, seed=cfg.run.seed, speed_factors=speed_factors,
-                           voice_perturb=voice_perturb, edge_pad_ms=cfg.data.edge_pad_ms if training else 0.0)
+                           voice_perturb=voice_perturb, edge_pad_ms=cfg.data.edge_pad_ms if training else 0.0,
+                           recording_augment=recording)
 
 
 def check_vocabulary(texts: list[str], tokenizer: Tokenizer, source: str) -> None:
