@@ -233,6 +233,7 @@ class TrainConfig:
     calibrate_cif: bool = True  # Paraformer: refit the CIF's inference alpha scale on the validation set each epoch
     # the first N optimiser steps weight the decoder's loss 0: the CTC head (and the CIF's quantity loss) train first
     ctc_warmup_steps: int = 0
+    freeze_encoder_steps: int = 0  # the first N optimiser steps leave the encoder's weights as they are (fine-tuning)
 
 
 @dataclass
@@ -393,6 +394,7 @@ def validate(cfg: Config) -> Config:
     _require(model.quantity_weight >= 0, "model.quantity_weight", ">= 0", model.quantity_weight)
     _require(model.ctc_weight >= 0, "model.ctc_weight", ">= 0", model.ctc_weight)
     _require(cfg.train.ctc_warmup_steps >= 0, "train.ctc_warmup_steps", ">= 0", cfg.train.ctc_warmup_steps)
+    _require(train.freeze_encoder_steps >= 0, "train.freeze_encoder_steps", ">= 0", train.freeze_encoder_steps)
     _require(cfg.train.ctc_warmup_steps == 0 or model.ctc_weight > 0, "train.ctc_warmup_steps",
              "0 unless the model has a CTC head (model.ctc_weight > 0)", cfg.train.ctc_warmup_steps)
     if model.ctc_combination == "interpolate":

@@ -1,6 +1,7 @@
 """The training loop.
 
-``train(cfg)`` / ``train(None, resume=RUN_DIR_OR_CKPT)`` -> run folder path. AdamW, linear warmup
+``train(cfg)`` / ``train(None, resume=RUN_DIR_OR_CKPT)`` / ``train(cfg, init_from=CKPT)`` (fine-tuning,
+training/finetune.py) -> run folder path. AdamW, linear warmup
 then cosine decay (LambdaLR stepped after the optimizer), gradient clipping, torch.amp autocast
 + GradScaler, gradient accumulation, a NaN guard, validation each epoch, atomic checkpoints with
 every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and stop.
@@ -27,7 +28,7 @@ from paraformer_asr.config import Config, config_from_dict
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import DataBundle, build_data, make_loader, tokenizer_for, training_transcripts
 from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
-from paraformer_asr.errors import CheckpointError, TrainingError
+from paraformer_asr.errors import CheckpointError, ConfigError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
 from paraformer_asr.training.tuning import grid_table, refuse_test_set, tune_checkpoint
 from paraformer_asr.factory import build_model, count_parameters
@@ -37,12 +38,15 @@ from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, ba
 from paraformer_asr.training.checkpointing import (BestCheckpoints, capture_rng_state, load_checkpoint,
                                                    resolve_checkpoint_path, restore_rng_state, save_checkpoint)
 from paraformer_asr.training.evaluation import evaluate
+from paraformer_asr.training.finetune import load_initial_weights
 from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
 from paraformer_asr.training.run_folder import LOGGER_NAME, RunFolder, setup_logging
 
 # Drawing both plots takes about a second on a slow CPU: a run redraws them after its last epoch and after any
 # epoch that ends this long after the last drawing (every epoch of a real training, not every second of a toy one).
 PLOT_INTERVAL_SECONDS = 30.0
+RESUME_OR_INIT = ("--init-from starts a new run from a checkpoint's weights and --resume continues a run: give one "
+                  "of them")
 
 
 def compile_stacks(model: torch.nn.Module, backend: str) -> None:
@@ -192,6 +196,7 @@ class Trainer:
         self.last_plot = time.perf_counter()
         self.stop = StopFlag()
         self._rng_to_restore: dict | None = None
+        self.initialised_from: str | None = None  # the checkpoint whose weights a fine-tuning run started from
         if state is not None:
             self._restore(state)
 
@@ -216,6 +221,7 @@ class Trainer:
             "best_cer": self.best_cer,
             "best_checkpoints": self.kept_best.entries,
             "calibrated_on": self._calibrated_on(),
+            "initialised_from": self.initialised_from,
         }
 
     def _calibrated_on(self) -> dict | None:
@@ -243,6 +249,17 @@ class Trainer:
         self.best_cer = state["best_cer"]
         self.kept_best = BestCheckpoints(self.cfg.train.keep_best, state.get("best_checkpoints", []))
         self._rng_to_restore = state["rng"]
+        self.initialised_from = state.get("initialised_from")
+
+    def initialise_from(self, weights: dict, source: Path) -> None:
+        """Start from ``weights`` (a checkpoint's model state_dict: fine-tuning); optimiser, schedule and step stay
+        fresh. Every process loads the same weights, so distributed replicas agree."""
+        try:
+            self.model.load_state_dict(weights)
+        except RuntimeError as exc:
+            raise CheckpointError(f"--init-from {source}: its weights do not fit the model: "
+                                  f"{str(exc).splitlines()[0]}") from None
+        self.initialised_from = str(source)
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> Path:
@@ -254,6 +271,10 @@ class Trainer:
                       cfg.model.type, count_parameters(self.model), len(self.data.train), len(self.data.val),
                       self.tokenizer.vocab_size, self.device)
         self.log.info("%d batches per epoch, %d optimizer steps in total", self.batches_per_epoch, self.total_steps)
+        if self.initialised_from is not None:
+            self.log.info("weights initialised from %s", self.initialised_from)
+        if cfg.train.freeze_encoder_steps:
+            self.log.info("encoder frozen for the first %d steps", cfg.train.freeze_encoder_steps)
         if self._rng_to_restore is not None:
             restore_rng_state(self._rng_to_restore)
             self.log.info("resumed at epoch %d, batch %d, step %d", self.progress.epoch + 1,
@@ -362,6 +383,9 @@ class Trainer:
 
     def _optimizer_step(self) -> None:
         train_cfg, progress = self.cfg.train, self.progress
+        if progress.global_step < train_cfg.freeze_encoder_steps:
+            for parameter in self.model.encoder.parameters():
+                parameter.grad = None  # AdamW skips a parameter without a gradient: no update, no weight decay
         self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), train_cfg.grad_clip)
         if not bool(torch.isfinite(grad_norm)) and not self.scaler.is_enabled():
@@ -472,12 +496,17 @@ class Trainer:
         plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
 
 
-def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
+def train(cfg: Config | None, resume: str | Path | None = None, init_from: str | Path | None = None) -> Path:
     """Train from ``cfg`` in a new run folder, or resume the run holding ``resume`` (a run folder or a
-    checkpoint). Returns the run folder. Raises UserError subclasses for user mistakes and
-    TrainingInterrupted after SIGINT/SIGTERM (last.pt saved). Under torchrun every process calls
-    this; only rank 0 writes the run folder."""
-    state = None
+    checkpoint), or fine-tune: train from ``cfg`` in a new run folder starting from the weights, tokenizer and
+    normaliser of the checkpoint ``init_from`` (a run folder means its best.pt; training/finetune.py). Returns the run
+    folder. Raises UserError subclasses for user mistakes and TrainingInterrupted after SIGINT/SIGTERM (last.pt
+    saved). Under torchrun every process calls this; only rank 0 writes the run folder."""
+    state = initial = None
+    if resume is not None and init_from is not None:
+        raise ConfigError(RESUME_OR_INIT)
+    if init_from is not None:
+        initial, init_path = load_initial_weights(cfg, init_from)  # checked before a run folder is made
     if resume is not None:
         path = resolve_checkpoint_path(resume)
         state = load_checkpoint(path)
@@ -493,15 +522,19 @@ def train(cfg: Config | None, resume: str | Path | None = None) -> Path:
         setup_logging(run.path / "train.log" if ctx.is_main else None, quiet=not ctx.is_main)
         apply_num_threads(cfg.run.num_threads)
         seed_everything(cfg.run.seed)
-        if state is not None:
-            tokenizer = tokenizer_from_dict(state["tokenizer"])
+        kept = state if state is not None else initial  # the checkpoint whose tokenizer and normaliser the run keeps
+        if kept is not None:
+            tokenizer = tokenizer_from_dict(kept["tokenizer"])
         else:  # learned once, on rank 0, and sent to the other ranks
             learned = tokenizer_for(cfg, training_transcripts(cfg)).to_dict() if ctx.is_main else None
             tokenizer = tokenizer_from_dict(broadcast_object(learned, ctx))
-        data = build_data(cfg, tokenizer, state["normalizer"] if state else None)
+        data = build_data(cfg, tokenizer, kept["normalizer"] if kept is not None else None)
         if ctx.is_main:
             run.write_tokenizer(data.tokenizer.to_dict())
-        result = Trainer(cfg, run, data, state, ctx).fit()
+        trainer = Trainer(cfg, run, data, state, ctx)
+        if initial is not None:
+            trainer.initialise_from(initial["model"], init_path)
+        result = trainer.fit()
         barrier(ctx)  # tear the group down only once every rank is done: gloo can abort otherwise
         return result
     finally:
