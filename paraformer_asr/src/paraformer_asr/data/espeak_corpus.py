@@ -1,5 +1,6 @@
-"""Synthesising a spoken corpus with espeak-ng (scripts/make_speech_corpus.py): voices split by speaker between
-train/val/test, per-utterance prosody and noise drawn from (seed, split, index), WAVs plus JSON Lines manifests.
+"""Synthesising a spoken corpus with espeak-ng, flite and festival (scripts/make_speech_corpus.py): voices split by
+speaker between train/val/test, per-utterance voice, prosody and noise drawn from (seed, split, index), WAVs plus
+JSON Lines manifests. The engines themselves are in data/voices.py.
 
 ``args`` below is the options namespace of scripts/make_speech_corpus.py (see its --help).
 """
@@ -25,8 +26,11 @@ from tqdm import tqdm
 
 from paraformer_asr.data.audio import read_audio, write_audio
 from paraformer_asr.data.resample import resample
-from paraformer_asr.data.speech_corpus import (hold_out_phrases, load_phrases, load_words, parse_accent_list,
-                                               phrase_vocabulary, split_accents, unheard_words)
+from paraformer_asr.data.speech_corpus import (hold_out_phrases, load_phrases, load_text, load_words,
+                                               parse_accent_list, phrase_vocabulary, split_accents, unheard_words)
+from paraformer_asr.data.voices import (ENGINES, FESTIVAL_BATCH, Reading, Voice, espeak_command, flite_command,
+                                        installed_voices, parse_engines, read_with_festival, run_engine,
+                                        split_speakers)
 from paraformer_asr.data.word_timing import draw_pauses, join_words
 from paraformer_asr.errors import DataError, UserError
 
@@ -43,6 +47,8 @@ MALE_VARIANTS = ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "Alex", "adam",
 SPLITS = ("train", "val", "test")
 RATE_WPM = (130, 200)  # default --rate-range
 PITCH = (25, 75)  # default --pitch-range
+STRETCH = (1.0, 1.0)  # default --stretch-range: no resampling stretch, so earlier corpora stay as they were
+STRETCH_LIMITS = (0.5, 2.0)
 ESPEAK_RATE_WPM = (80, 450)  # what espeak-ng's -s accepts
 ESPEAK_PITCH = (0, 99)
 UNHEARD_DRAWS = 1000  # --unheard-orders: draws per val / test utterance before giving up
@@ -57,20 +63,19 @@ class UtterancePlan:
     split: str
     index: int
     text: str  # transcript (what the model predicts)
-    spoken: str  # what espeak-ng reads
-    voice: str  # accent+variant
-    variant: str
-    rate: int
-    pitch: int
+    spoken: str  # what the engine reads
+    voice: str  # what the engine is given: espeak-ng's accent+variant, a flite or festival voice name
+    variant: str  # the speaker (espeak-ng variant, or the person behind a flite / festival voice)
+    accent: str
+    rate: int  # words a minute
+    pitch: int  # espeak-ng's scale, 0-99
     word_gap: int
     snr_db: float
     peak: float
     leading_silence_s: float
     noise_seed: int
-
-    @property
-    def accent(self) -> str:
-        return self.voice.split("+")[0]
+    engine: str = "espeak"
+    stretch: float = 1.0  # duration factor applied by resampling (> 1: slower and lower)
 
     @property
     def relative_path(self) -> str:
@@ -87,21 +92,27 @@ def check_options(args) -> None:
         raise UserError("nothing to generate: all of --num-train, --num-val, --num-test are 0")
     if not 1 <= args.min_digits <= args.max_digits:
         raise UserError(f"need 1 <= --min-digits <= --max-digits, got {args.min_digits} and {args.max_digits}")
+    if args.text is not None and (args.phrases is not None or args.words is not None or args.vocab is not None):
+        raise UserError("--text excludes --phrases, --words and --vocab: its lines are what is spoken")
     if args.phrases is not None and args.vocab is not None:
         raise UserError("--phrases and --vocab exclude each other: the phrases are what is spoken")
     if args.words is not None and (args.vocab is not None or args.phrases is not None):
         raise UserError("--words excludes --vocab and --phrases: the words are what is spoken")
     if args.words is not None and args.join != " ":
         raise UserError("--words transcribes the words joined by spaces: leave out --join")
-    if args.unheard_orders and args.phrases is not None:
-        raise UserError("--unheard-orders draws token sequences, so it excludes --phrases (--test-phrases holds "
-                        "phrases out)")
-    if args.test_phrases is not None and args.phrases is None:
-        raise UserError("--test-phrases holds phrases out, so it needs --phrases")
+    speaks_phrases = args.phrases is not None or args.text is not None
+    if args.unheard_orders and speaks_phrases:
+        raise UserError("--unheard-orders draws token sequences, so it excludes --phrases and --text "
+                        "(--test-phrases holds phrases out)")
+    if args.test_phrases is not None and not speaks_phrases:
+        raise UserError("--test-phrases holds phrases out, so it needs --phrases or --text")
     if args.test_phrases is not None and args.test_phrases < 1:
         raise UserError(f"--test-phrases must be >= 1, got {args.test_phrases}")
-    if args.word_times and args.transcript != "spoken" and args.phrases is None and args.words is None:
+    if args.word_times and args.transcript != "spoken" and not speaks_phrases and args.words is None:
         raise UserError("--word-times times the spoken words, so the transcript must be them: add --transcript spoken")
+    engines = parse_engines(args.engines)
+    if args.word_times and engines != ["espeak"]:
+        raise UserError("--word-times reads word by word with espeak-ng only: give --engines espeak")
     if args.jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     if args.sample_rate < 8000:
@@ -110,6 +121,10 @@ def check_options(args) -> None:
                                                  ("--pitch-range", args.pitch_range, ESPEAK_PITCH)):
         if not lowest <= low <= high <= highest:
             raise UserError(f"{name} needs {lowest} <= LOW <= HIGH <= {highest}, got {low} {high}")
+    low, high = args.stretch_range
+    if not STRETCH_LIMITS[0] <= low <= high <= STRETCH_LIMITS[1]:
+        raise UserError(f"--stretch-range needs {STRETCH_LIMITS[0]} <= LOW <= HIGH <= {STRETCH_LIMITS[1]}, got "
+                        f"{low} {high}")
     for name in ("val_voice_fraction", "test_voice_fraction"):
         if not 0.0 < getattr(args, name) < 0.5:
             raise UserError(f"--{name.replace('_', '-')} must be in (0, 0.5), got {getattr(args, name)}")
@@ -168,11 +183,16 @@ def split_variants(
 
 
 def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[str]],
-                    accents: dict[str, list[str]] | None = None, phrases: dict[str, list[str]] | None = None):
+                    accents: dict[str, list[str]] | None = None, phrases: dict[str, list[str]] | None = None,
+                    voices: dict[str, list[Voice]] | None = None):
     """Every utterance's text and synthesis settings, a pure function of (seed, split, index).
 
-    accents: the accents each split draws from (default: all of ACCENTS everywhere); phrases: the phrases each split
-    draws from (:func:`phrases_per_split`); each utterance speaks one, transcribed as itself, instead of the
+    variants: the espeak-ng variants of each split; voices: the flite and festival voices of each split
+    (:func:`~paraformer_asr.data.voices.split_speakers`). Each utterance draws an engine among those with a voice
+    in its split, uniformly (no draw when there is one), then one of that engine's voices, uniformly.
+    accents: the accents each split draws from (default: all of ACCENTS everywhere), spoken by espeak-ng's variants
+    (drawn for every utterance, so that the draws after it do not depend on the engine); phrases: the phrases each
+    split draws from (:func:`phrases_per_split`); each utterance speaks one, transcribed as itself, instead of the
     vocabulary's tokens. Otherwise an utterance is --min-digits .. --max-digits tokens (a uniform count) drawn
     uniformly with replacement; with ``args.unheard_orders`` a val or test draw whose transcript a training
     utterance has is drawn again (training is planned first and is the same with or without it)."""
@@ -199,15 +219,19 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
                 spoken = text = phrases[split][int(rng.integers(0, len(phrases[split])))]
             if split == "train":
                 heard.add(text)
-            variant = variants[split][int(rng.integers(0, len(variants[split])))]
+            pools = voice_pools(variants[split], (voices or {}).get(split, []))
+            pool = pools[int(rng.integers(0, len(pools)))] if len(pools) > 1 else pools[0]
+            voice = pool[int(rng.integers(0, len(pool)))]
             accent = accents[split][int(rng.integers(0, len(accents[split])))]
+            espeak = voice.engine == "espeak"
             plans.append(UtterancePlan(
                 split=split,
                 index=index,
                 text=text,
                 spoken=spoken,
-                voice=f"{accent}+{variant}",
-                variant=variant,
+                voice=f"{accent}+{voice.name}" if espeak else voice.name,
+                variant=voice.speaker,
+                accent=accent if espeak else voice.accent,
                 rate=int(rng.integers(args.rate_range[0], args.rate_range[1] + 1)),
                 pitch=int(rng.integers(args.pitch_range[0], args.pitch_range[1] + 1)),
                 word_gap=int(rng.integers(WORD_GAP_10MS[0], WORD_GAP_10MS[1] + 1)),
@@ -215,8 +239,18 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
                 peak=float(rng.uniform(*PEAK)),
                 leading_silence_s=float(rng.uniform(*LEADING_SILENCE_S)),
                 noise_seed=int(rng.integers(0, 2**63 - 1)),
+                engine=voice.engine,
+                stretch=float(rng.uniform(*args.stretch_range)),
             ))
     return plans
+
+
+def voice_pools(variants: list[str], voices: list[Voice]) -> list[list[Voice]]:
+    """The voices of one split, one list per engine that has any, in the order of ENGINES: the espeak-ng
+    ``variants`` (their accent is drawn apart) and the flite and festival ``voices``."""
+    every = [Voice("espeak", variant, variant) for variant in variants] + list(voices)
+    pools = [[voice for voice in every if voice.engine == engine] for engine in ENGINES]
+    return [pool for pool in pools if pool]
 
 
 def phrases_per_split(phrases: list[str] | None, test_phrases: int | None,
@@ -241,17 +275,47 @@ def check_test_words_heard(plans: list[UtterancePlan]) -> None:
                         f"{', '.join(unheard[:10])} (raise --num-train or lower --test-phrases)")
 
 
+def plan_reading(plan: UtterancePlan, text: str, scratch: Path) -> Reading:
+    """What the plan's engine is asked to read (``text``), into which raw file of ``scratch``."""
+    return Reading(text, scratch / f"{plan.split}_{plan.index:06d}.wav", plan.rate, plan.pitch)
+
+
+def played_rate(rate: int, stretch: float) -> int:
+    """The sample rate at which a recording made at ``rate`` lasts ``stretch`` times as long: its own for 1, else
+    rounded to 100 Hz (within 0.6 % of the stretch at 16 kHz), which keeps the resampling ratio's terms small."""
+    return rate if stretch == 1.0 else round(rate / stretch / 100) * 100
+
+
 def speak(plan: UtterancePlan, text: str, sample_rate: int, scratch: Path) -> torch.Tensor:
-    """espeak-ng reads ``text`` with the plan's voice, rate, pitch and word gap -> mono waveform [N] at sample_rate."""
-    raw_path = scratch / f"{plan.split}_{plan.index:06d}.wav"
-    command = ["espeak-ng", "-v", plan.voice, "-s", str(plan.rate), "-p", str(plan.pitch), "-g", str(plan.word_gap),
-               "-w", str(raw_path), text]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise UserError(f"espeak-ng failed ({' '.join(command)}): {result.stderr.strip()}")
-    samples, rate = read_audio(raw_path)  # [C, N]
-    raw_path.unlink()
-    return resample(samples.mean(dim=0).double(), rate, sample_rate)  # [N]
+    """The plan's engine reads ``text`` with its voice, rate and pitch (and word gap: espeak-ng) -> mono waveform
+    [N] at sample_rate, ``plan.stretch`` times as long. festival has read it already, in its voice's batch
+    (:func:`read_festival_batch`)."""
+    reading = plan_reading(plan, text, scratch)
+    if plan.engine == "espeak":
+        run_engine(espeak_command(plan.voice, reading, plan.word_gap))
+    elif plan.engine == "flite":
+        run_engine(flite_command(plan.voice, reading))
+    samples, rate = read_audio(reading.path)  # [C, N]
+    reading.path.unlink()
+    return resample(samples.mean(dim=0).double(), played_rate(rate, plan.stretch), sample_rate)  # [N]
+
+
+def festival_batches(plans: list[UtterancePlan]) -> list[list[UtterancePlan]]:
+    """festival's plans grouped by voice, in plan order, at most FESTIVAL_BATCH a group: one festival process
+    reads each group."""
+    by_voice: dict[str, list[UtterancePlan]] = {}
+    for plan in plans:
+        if plan.engine == "festival":
+            by_voice.setdefault(plan.voice, []).append(plan)
+    return [group[start:start + FESTIVAL_BATCH] for group in by_voice.values()
+            for start in range(0, len(group), FESTIVAL_BATCH)]
+
+
+def read_festival_batch(batch: list[UtterancePlan], scratch: Path) -> None:
+    """One festival process reads every plan of ``batch`` (one voice) into its raw file."""
+    first = batch[0]
+    read_with_festival(first.voice, [plan_reading(plan, plan.spoken, scratch) for plan in batch],
+                       scratch / f"festival_{first.split}_{first.index:06d}.scm")
 
 
 def synthesise(plan: UtterancePlan, out: Path, sample_rate: int, scratch: Path,
@@ -288,25 +352,40 @@ def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict
     with path.open("w", encoding="utf-8") as handle:
         for plan, timed in zip(plans, words):
             record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}",
-                      "accent": plan.accent, "speaker": plan.variant}
+                      "accent": plan.accent, "speaker": plan.variant, "engine": plan.engine, "voice": plan.voice}
             if timed is not None:
                 record["words"] = timed
             handle.write(json.dumps(record) + "\n")
 
 
+def synthesise_task(task: list[UtterancePlan], args, scratch: Path) -> list[tuple[float, list[dict] | None]]:
+    """Synthesise one task: a single espeak-ng or flite utterance, or a festival batch (:func:`festival_batches`)
+    read by one festival process before each of its utterances is post-processed."""
+    if task[0].engine == "festival":
+        read_festival_batch(task, scratch)
+    return [synthesise(plan, args.out, args.sample_rate, scratch, args.word_times) for plan in task]
+
+
 def generate(args) -> dict:
     vocabulary = load_vocabulary(args.vocab, args.words)
-    data_folder = espeak_data_folder()
-    variants = split_variants(
-        available(FEMALE_VARIANTS, data_folder), available(MALE_VARIANTS, data_folder), args.seed,
-        args.val_voice_fraction, args.test_voice_fraction,
-    )
+    engines = parse_engines(args.engines)
+    variants: dict[str, list[str]] = {split: [] for split in SPLITS}
+    if "espeak" in engines:
+        data_folder = espeak_data_folder()
+        variants = split_variants(
+            available(FEMALE_VARIANTS, data_folder), available(MALE_VARIANTS, data_folder), args.seed,
+            args.val_voice_fraction, args.test_voice_fraction,
+        )
+    recorded = [voice for engine in engines if engine != "espeak" for voice in installed_voices(engine)]
+    voices = (split_speakers(recorded, args.seed, args.val_voice_fraction, args.test_voice_fraction) if recorded
+              else {split: [] for split in SPLITS})
     accents = split_accents(ACCENTS, parse_accent_list(args.val_accents, "--val-accents", ACCENTS),
                             parse_accent_list(args.test_accents, "--test-accents", ACCENTS),
                             parse_accent_list(args.train_accents, "--train-accents", ACCENTS))
-    phrases = load_phrases(args.phrases) if args.phrases is not None else None
+    phrases = (load_text(args.text) if args.text is not None else
+               load_phrases(args.phrases) if args.phrases is not None else None)
     per_split, held_out = phrases_per_split(phrases, args.test_phrases, args.seed)
-    plans = plan_utterances(args, vocabulary, variants, accents, per_split)
+    plans = plan_utterances(args, vocabulary, variants, accents, per_split, voices)
     if held_out:
         check_test_words_heard(plans)
     for split in SPLITS:
@@ -314,22 +393,28 @@ def generate(args) -> dict:
     torch.set_num_threads(1)  # the parallelism is across utterances
     started = time.perf_counter()
     show_progress = sys.stdout.isatty() and not os.environ.get("CI")
-    with tempfile.TemporaryDirectory(prefix="espeak_", dir=args.out) as scratch, \
-            ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        jobs = pool.map(lambda plan: synthesise(plan, args.out, args.sample_rate, Path(scratch), args.word_times),
-                        plans)
-        results = list(tqdm(jobs, total=len(plans), desc="synthesising", unit="utt", disable=not show_progress))
+    tasks = festival_batches(plans) + [[plan] for plan in plans if plan.engine != "festival"]  # long ones first
+    done = {}
+    with tempfile.TemporaryDirectory(prefix="synth_", dir=args.out) as scratch, \
+            ThreadPoolExecutor(max_workers=args.jobs) as pool, \
+            tqdm(total=len(plans), desc="synthesising", unit="utt", disable=not show_progress) as progress:
+        for task, task_results in zip(tasks, pool.map(lambda task: synthesise_task(task, args, Path(scratch)), tasks)):
+            done.update(zip(task, task_results))
+            progress.update(len(task))
+    results = [done[plan] for plan in plans]
     durations = [duration for duration, _ in results]
     heard = {plan.text for plan in plans if plan.split == "train"}
     elapsed = time.perf_counter() - started
-    text_source = ({"phrases": args.phrases, "distinct_phrases": len(set(phrases)),
+    text_source = ({"phrases": args.phrases, "text": None if args.text is None else str(args.text),
+                    "distinct_phrases": len(set(phrases)),
                     "distinct_words": len(phrase_vocabulary(phrases)), "test_phrases": held_out}
                    if phrases is not None else
                    {"words": args.words, "vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
                     "min_tokens": args.min_digits, "max_tokens": args.max_digits,
                     "unheard_orders": args.unheard_orders})
     summary = {"seed": args.seed, "sample_rate": args.sample_rate, **text_source, "word_times": args.word_times,
-               "accents": ACCENTS, "rate_range": list(args.rate_range), "pitch_range": list(args.pitch_range),
+               "engines": engines, "accents": ACCENTS, "rate_range": list(args.rate_range),
+               "pitch_range": list(args.pitch_range), "stretch_range": list(args.stretch_range),
                "generation_seconds": round(elapsed, 2), "jobs": args.jobs, "splits": {}}
     for split in SPLITS:
         chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
@@ -343,6 +428,8 @@ def generate(args) -> dict:
             "mean_duration_s": round(seconds / len(chosen), 3) if chosen else 0.0,
             "variants": variants[split],
             "variants_used": sorted({plan.variant for plan in split_plans}),
+            "voices": [f"{voice.engine}:{voice.name}" for voice in voices[split]],  # flite's and festival's
+            "engines_used": dict(sorted(Counter(plan.engine for plan in split_plans).items())),
             "accents": accents[split],
             "accents_used": sorted({plan.accent for plan in split_plans}),
             "distinct_phrases": len({plan.text for plan in split_plans}),

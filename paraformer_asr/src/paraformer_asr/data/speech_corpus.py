@@ -3,7 +3,8 @@
 Phrases: ``--phrases commands`` reads the built-in set of short voice-assistant commands made by a small template
 grammar (:func:`command_phrases`: rooms, devices, numbers, cities, people, actions; lowercase words, no
 punctuation); ``--phrases FILE`` reads one phrase per line (:func:`load_phrases`). Each utterance speaks one phrase
-drawn uniformly, and its transcript is the phrase.
+drawn uniformly, and its transcript is the phrase. ``--text FILE`` reads any text, one phrase per line, as words
+(:func:`load_text`, :func:`normalise_transcript`: lower case, no punctuation).
 
 Words: ``--words keywords`` draws every utterance as 1..K words, with replacement and in any order, from a built-in
 list of 30 short words (:data:`KEYWORDS`: colours, animals, directions, yes / no, digits); ``--words FILE`` from one
@@ -22,6 +23,8 @@ is spoken only in that split, never in training, so a model is chosen and tested
 from __future__ import annotations
 
 import itertools
+import re
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -101,6 +104,28 @@ def load_phrases(spec: str) -> list[str]:
     phrases = [normalise_phrase(line) for line in lines if line.strip()]
     if not phrases:
         raise DataError(f"phrase file {path} holds no phrase (one phrase per line)")
+    return phrases
+
+
+def normalise_transcript(text: str) -> str:
+    """Any text -> its lower-case words joined by single spaces: accents dropped (café -> cafe), punctuation and
+    symbols between words dropped, apostrophes kept inside words ("It's 5 o'clock." -> "it's 5 o'clock")."""
+    decomposed = unicodedata.normalize("NFKD", text.lower().replace("\u2019", "'"))
+    plain = "".join(char for char in decomposed if not unicodedata.combining(char))
+    return " ".join(re.findall(r"[a-z0-9]+(?:'[a-z0-9]+)*", plain))
+
+
+def load_text(path: Path) -> list[str]:
+    """``--text FILE``: one phrase per line, each normalised (:func:`normalise_transcript`); lines left empty are
+    skipped, duplicates kept (they weight the draw). DataError names the file."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"cannot read text file {path}: {err} (give a UTF-8 text file with one phrase per "
+                        f"line)") from None
+    phrases = [phrase for phrase in map(normalise_transcript, lines) if phrase]
+    if not phrases:
+        raise DataError(f"text file {path} holds no words (one phrase per line)")
     return phrases
 
 
