@@ -1,6 +1,7 @@
 """Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
     [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--lm-order N --lm-weight W]
     [--split val|test] [--manifest FILE.jsonl] [--group-by KEY] [--backend torch|onnx] [--num-threads N]
+    [--hotwords FILE [--hotword-weight W]]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
 count_error_mean (mean predicted - reference token count), num_utterances, rtf (decoding seconds per second of
@@ -10,6 +11,10 @@ word_boundary_words. For a Paraformer, oracle_length_cer: the CER had every toke
 counted wrong are decoded again given the true count, by the same search), which separates counting from
 recognising. --group-by KEY adds "groups": the scores of each value of the manifest field KEY (e.g. speaker or
 accent).
+--hotwords FILE biases the search toward the phrases of a hotword list (one a line, phrase<TAB>weight; docs/usage.md,
+"Hotwords"); the scores add "hotwords" (the phrases listed) and, on a manifest whose lines list their rare words in a
+"hotwords" field (make_speech_corpus.py --rare-words), hotword_recall, hotword_precision (a hotword emitted where it
+was not spoken counts against it) and their counts. An empty list gives the unbiased figures of the same fields.
 The default split is test when the config has one, else val. A checkpoint records the set its CIF scale was
 calibrated on; scoring that set adds "calibration_in_sample": true and a warning (in-sample figures).
 --save-predictions lines are {"id", "ref", "hyp"} plus, for a Paraformer, "words" with

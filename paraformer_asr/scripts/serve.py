@@ -1,9 +1,11 @@
 """Serve a trained checkpoint over HTTP: python scripts/serve.py --checkpoint CKPT [--host 127.0.0.1] [--port 8000]
     [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 3600] [--max-upload-mb 128] [--device auto]
     [--long-yield-ms 200] [--max-long-recordings 4] [long-recording options: --chunk-seconds 20 --segment pauses ...]
-    [--backend torch|onnx] [--num-threads N] [decoding options, as eval.py: --decode beam --beam-size 4 --lm-order 3]
+    [--backend torch|onnx] [--num-threads N] [decoding options, as eval.py: --decode beam --beam-size 4 --lm-order 3
+    --hotwords FILE --hotword-weight W]
 
-POST /transcribe (multipart form, audio file in field 'file') -> {"text", "duration_s", "rtf", "words"}; GET /health;
+POST /transcribe (multipart form, audio file in field 'file', optionally a hotword list in field 'hotwords', one
+phrase a line, added to --hotwords' list) -> {"text", "duration_s", "rtf", "words"}; GET /health;
 docs at /docs. Concurrent short requests are decoded together: the batcher waits at most --max-wait-ms to fill a
 batch of up to --max-batch-size. Audio longer than --chunk-seconds is decoded window by window on its own lane,
 which yields to short requests between window batches (at most --long-yield-ms each time). Needs the optional

@@ -29,15 +29,15 @@ from paraformer_asr.metrics.asr_metrics import score_transcripts
 def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,
                        tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
-                       ctc_score_weight: float = 0.0) -> dict:
+                       ctc_score_weight: float = 0.0, hotwords=None) -> dict:
     """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
-    ('beam', best beam scored), with an optional n-gram ``lm`` and length candidates as transcribe_batches
-    takes them, and time it.
+    ('beam', best beam scored), with an optional n-gram ``lm``, length candidates and ``hotwords`` (a HotwordTrie) as
+    transcribe_batches takes them, and time it.
 
     The first ``warmup_batches`` batches are decoded once untimed first. Returns a dict:
     method, beam_size, lm_order (0 without an LM), lm_weight, length_candidates, count_prior, ctc_score_weight,
-    num_utterances, num_batches, batch_size (largest batch), seconds (decoding
-    wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
+    hotwords (the distinct phrases listed, 0 without a list), num_utterances, num_batches, batch_size (largest
+    batch), seconds (decoding wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
     latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
     transcript length in tokens: the autoregressive decoder's step count) and cer (over the text
@@ -53,7 +53,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         raise ValueError("benchmark_decoding needs at least one batch")
     search = {"method": method, "beam_size": beam_size, "lm": lm, "lm_weight": lm_weight,
               "length_candidates": length_candidates, "count_prior": count_prior,
-              "ctc_score_weight": ctc_score_weight}
+              "ctc_score_weight": ctc_score_weight, "hotwords": hotwords}
     with torch.no_grad():
         if warmup_batches > 0:
             transcribe_batches(model, batches[:warmup_batches], device, **search)
@@ -75,6 +75,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "length_candidates": length_candidates,
         "count_prior": count_prior if length_candidates else 0.0,
         "ctc_score_weight": ctc_score_weight,
+        "hotwords": hotwords.num_phrases if hotwords is not None else 0,
         "num_utterances": len(transcripts),
         "num_batches": len(batches),
         "batch_size": max(batch.size for batch in batches),

@@ -12,6 +12,8 @@ Search rules shared by both searches:
 * shallow fusion (optional): next-token score = model log-prob + ``lm_weight`` * LM log-prob, the LM
   (e.g. :class:`paraformer_asr.decode.ngram_lm.TokenNgramLM`) being anything with
   ``log_probs(histories [N, t] long) -> [N, V]``; histories are the emitted tokens without bos.
+* hotword biasing (optional, beam search): next-token score + the bonus of a HotwordTrie (decode/hotwords.py), each
+  hypothesis's trie node carried through the beam's reordering; eos gives back an unfinished match.
 * beam scores are normalised by length: sum of scores (eos included) / (tokens + 1) ** length_penalty; the beam
   search stops only when no live hypothesis can still beat the best finished one under that normalisation.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from paraformer_asr.checks import assert_shape, check_padding_mask
+from paraformer_asr.decode.hotwords import HotwordTrie, biasing
 from paraformer_asr.models.ar_model import TransformerAR
 from paraformer_asr.models.ctc import ctc_rescored
 
@@ -108,20 +111,37 @@ def _add_finished(pool: tuple[torch.Tensor, torch.Tensor, torch.Tensor], scores:
     return merged_scores, merged_tokens, merged_lengths
 
 
-def best_reachable(live: torch.Tensor, tokens: int, max_lengths: torch.Tensor,
-                   length_penalty: float) -> torch.Tensor:
+def best_reachable(live: torch.Tensor, tokens: int, max_lengths: torch.Tensor, length_penalty: float,
+                   max_gain: float = 0.0) -> torch.Tensor:
     """The best normalised score a live hypothesis can still finish with: live [B, K] summed scores of hypotheses of
-    ``tokens`` tokens, max_lengths [B] -> [B, K]. Every later step score is <= 0 (log-probs, and the LM's with a
-    weight >= 0), so the sum can only fall; it finishes with n tokens, ``tokens`` <= n <= its max length, divided by
-    (n + 1) ** length_penalty: a sum <= 0 is best divided by the largest of those, at one end of the range."""
+    ``tokens`` tokens, max_lengths [B] -> [B, K]. It finishes with n tokens, ``tokens`` <= n <= its max length,
+    divided by (n + 1) ** length_penalty. Without hotwords every later step score is <= 0 (log-probs, and the LM's
+    with a weight >= 0), so the sum can only fall: a sum <= 0 is best divided by the largest of those, at one end of
+    the range. With hotwords a step can earn up to ``max_gain`` (the trie's largest unit bonus; the eos step gives
+    back, never earns), so the sum may rise by ``max_gain`` a token: every reachable n is tried."""
+    if max_gain > 0:
+        return _best_reachable_with_gain(live, tokens, max_lengths, length_penalty, max_gain)
     shortest = torch.full_like(max_lengths, tokens + 1, dtype=torch.float64) ** length_penalty  # [B]
     longest = (max_lengths.double() + 1) ** length_penalty  # [B]
     return live / torch.maximum(shortest, longest).to(live.dtype).unsqueeze(1)
 
 
+def _best_reachable_with_gain(live: torch.Tensor, tokens: int, max_lengths: torch.Tensor, length_penalty: float,
+                              max_gain: float) -> torch.Tensor:
+    """:func:`best_reachable` when each token still to come may add up to ``max_gain``: the largest of
+    (live + max_gain x (n - tokens)) / (n + 1) ** length_penalty over tokens <= n <= max_lengths[b]."""
+    longest = max(int(max_lengths.max()), tokens)  # past every max length (the last step): nothing is reachable
+    lengths = torch.arange(tokens, longest + 1, device=live.device)  # [L] every n still reachable
+    gains = max_gain * (lengths - tokens).to(live.dtype)  # [L]
+    norms = (lengths.double() + 1).pow(length_penalty).to(live.dtype)  # [L]
+    finished = (live.unsqueeze(-1) + gains) / norms  # [B, K, L]
+    reachable = lengths.view(1, 1, -1) <= max_lengths.view(-1, 1, 1)  # [B, 1, L]
+    return finished.masked_fill(~reachable, float("-inf")).max(dim=-1).values
+
+
 def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, beam_size: int,
-                   length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None,
-                   lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None, lm_weight: float = 0.0,
+                   hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Batched beam search. encoder_out [B, T', D], enc_mask [B, T'] ->
     tokens [B, beam, T_out] long (pad_id past each length, no eos), scores [B, beam] (length-normalised,
     best first; -inf where fewer than ``beam`` hypotheses exist), lengths [B, beam] long.
@@ -137,6 +157,10 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
     search's. With ``beam_size`` 1 and ``length_penalty`` 0 this is exactly greedy search (greedy's first eos ends
     a hypothesis no longer one can beat); with a length penalty > 0, beam 1 goes on past greedy's eos while a
     longer hypothesis may still score better.
+
+    ``hotwords`` (a HotwordTrie): every step score adds the trie's bonus for the hypothesis's node (decode/hotwords.py;
+    the eos step gives back an unfinished match, so a finished hypothesis holds the bonuses of the phrases it
+    completed); the stopping rule then allows for the bonus still to be earned (:func:`best_reachable`).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -153,6 +177,11 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
     pool = (torch.full((batch, beam), float("-inf"), device=device),
             torch.full((batch, beam, width), model.pad_id, dtype=torch.long, device=device),
             torch.zeros(batch, beam, dtype=torch.long, device=device))
+    biased = biasing(hotwords)
+    if biased:
+        hotwords = hotwords.to(device)
+        nodes = hotwords.initial_state(rows)  # [B*beam] each hypothesis's trie node
+    max_gain = hotwords.max_unit_bonus if biased else 0.0
     utterance_rows = (torch.arange(batch, device=device) * beam).unsqueeze(1)  # [B, 1]
     beam_index = torch.arange(beam, device=device).expand(batch, beam)  # [B, beam]
     rank = torch.arange(2 * beam, device=device).unsqueeze(0)  # [1, 2*beam]
@@ -160,6 +189,8 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
     for step in range(width + 1):
         log_probs, cache = model.decode_step(memory, tokens, step, cache, memory_mask)
         scores = next_token_scores(model, log_probs, tokens[:, 1:], row_max_lengths, lm, lm_weight)  # [B*beam, V]
+        if biased:
+            scores = scores + hotwords.step_bonus(nodes)
         vocab = scores.shape[1]
         extended = live.unsqueeze(-1) + scores.view(batch, beam, vocab)  # [B, beam, V]
         top, flat = extended.view(batch, beam * vocab).topk(2 * beam, dim=1)  # [B, 2*beam], best first
@@ -170,7 +201,7 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
         keep = (rank + is_eos.long() * 2 * beam).argsort(dim=1)[:, :beam]  # the beam best non-eos extensions
         live = top.gather(1, keep)  # [B, beam] (at most beam of the 2*beam are eos)
         best_finished = torch.maximum(pool[0][:, 0], ranked_ends.max(dim=1).values)  # [B]
-        can_win = best_reachable(live, step + 1, max_lengths, length_penalty) > best_finished.unsqueeze(1)
+        can_win = best_reachable(live, step + 1, max_lengths, length_penalty, max_gain) > best_finished.unsqueeze(1)
         done = ~(can_win & torch.isfinite(live)).any(dim=1)  # [B]
         closing = extended[:, :, model.eos_id].masked_fill(~done.unsqueeze(1), float("-inf")) / norm  # [B, beam]
         ending = torch.cat([ranked_ends.masked_fill(done.unsqueeze(1), float("-inf")), closing], dim=1)  # [B, 3*beam]
@@ -180,7 +211,10 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
             break
         live = live.masked_fill(done.unsqueeze(1), float("-inf"))
         source = (utterance_rows + origin.gather(1, keep)).view(rows)  # [B*beam] rows the live beams extend
-        tokens = torch.cat([tokens.index_select(0, source), token.gather(1, keep).view(rows, 1)], dim=1)
+        chosen = token.gather(1, keep).view(rows)  # [B*beam]
+        tokens = torch.cat([tokens.index_select(0, source), chosen.unsqueeze(1)], dim=1)
+        if biased:
+            nodes = hotwords.advance(nodes.index_select(0, source), chosen)
         cache = cache.reorder_rows(source)
     pool_scores, pool_tokens, pool_lengths = pool
     exists = torch.isfinite(pool_scores)  # [B, beam]
@@ -207,14 +241,16 @@ class ArDecoding:
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
                     length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None, lm_weight: float = 0.0,
-                    ctc_score_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    ctc_score_weight: float = 0.0,
+                    hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
-        beams that do not exist), lengths [B, beam] (tokens without eos). ``ctc_score_weight`` w > 0 (a model with
-        a CTC head): the finished beams are ranked again by score + w x their CTC log-likelihood per token
-        (models/ctc.py, ``ctc_rescored``), which the scores then are."""
+        beams that do not exist), lengths [B, beam] (tokens without eos). ``hotwords``: biased toward its phrases
+        (:func:`ar_beam_search`). ``ctc_score_weight`` w > 0 (a model with a CTC head): the finished beams are ranked
+        again by score + w x their CTC log-likelihood per token (models/ctc.py, ``ctc_rescored``), which the scores
+        then are."""
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
         tokens, scores, lengths = ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty,
-                                                 max_length_ratio, lm, lm_weight)
+                                                 max_length_ratio, lm, lm_weight, hotwords)
         if ctc_score_weight <= 0:
             return tokens, scores, lengths
         ctc_log_probs = self.ctc_log_probs(encoder_out)  # [B, T', V]

@@ -21,7 +21,7 @@ import torch
 
 from paraformer_asr.checks import assert_shape
 from paraformer_asr.data.tokenizer import Tokenizer
-from paraformer_asr.decode.beam import factorized_beam_search
+from paraformer_asr.decode.beam import StateScorer, factorized_beam_search
 from paraformer_asr.decode.ngram_lm import TokenNgramLM
 
 
@@ -62,12 +62,14 @@ class SentenceLmScorer:
 
 
 def fused_posterior_beam_search(log_probs: torch.Tensor, token_mask: torch.Tensor, beam_size: int, pad_id: int,
-                                lm: TokenNgramLM, lm_weight: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+                                lm: TokenNgramLM, lm_weight: float = 0.0,
+                                state_scorer: StateScorer | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Beam search over per-position posteriors with shallow LM fusion, batched over utterances and beams.
 
     log_probs [B, N, V], token_mask [B, N] bool -> tokens [B, beam, N] (pad_id past each length),
-    scores [B, beam] (am + lm_weight * lm sentence log-prob, best first; -inf for beams that cannot
-    exist). ``lm_weight`` 0 gives exactly :func:`factorized_beam_search`.
+    scores [B, beam] (am + lm_weight * lm sentence log-prob, plus the ``state_scorer``'s terms when one is given,
+    e.g. hotword biasing; best first; -inf for beams that cannot exist). ``lm_weight`` 0 gives exactly
+    :func:`factorized_beam_search`.
     """
     dims = assert_shape(log_probs, "B,N,V", "fusion log_probs")
     assert_shape(token_mask, "B,N", "fusion token_mask", dims)
@@ -76,5 +78,5 @@ def fused_posterior_beam_search(log_probs: torch.Tensor, token_mask: torch.Tenso
     if lm.vocab_size != dims["V"]:
         raise ValueError(f"the LM has {lm.vocab_size} tokens but the posteriors have {dims['V']}")
     scorer = SentenceLmScorer(lm, token_mask.sum(dim=1).repeat_interleave(beam_size))
-    tokens, scores = factorized_beam_search(log_probs, token_mask, beam_size, pad_id, scorer, lm_weight)
+    tokens, scores = factorized_beam_search(log_probs, token_mask, beam_size, pad_id, scorer, lm_weight, state_scorer)
     return tokens, scores

@@ -2,17 +2,22 @@
 every decoding eval.py can score, infer.py and the service can run.
 
 An option left unset (None) comes from the checkpoint's ``decode`` config section (config.py, DecodeConfig), so a
-config can ship the decoding its model was measured with; a flag overrides it.
+config can ship the decoding its model was measured with; a flag overrides it. The hotword list is the run's or the
+request's, never a checkpoint's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import math
+from dataclasses import dataclass, fields, replace
 
 from paraformer_asr.config import DECODE_METHODS, DecodeConfig, ModelConfig, ctc_score_missing
 from paraformer_asr.data.setup import training_transcripts
+from paraformer_asr.decode.hotwords import DEFAULT_HOTWORD_WEIGHT, Hotword, HotwordTrie, read_hotwords
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
+
+RUN_OPTIONS = ("hotwords", "hotword_weight")  # given per run or request, never read from a checkpoint
 
 
 @dataclass(frozen=True)
@@ -24,7 +29,10 @@ class DecodingOptions:
     either way) and keeps the candidate with the best score per token, less count_prior x its distance to the
     extractor's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
     autoregressive baseline's beams are ranked again with it). None: the checkpoint's ``decode`` section
-    (:meth:`resolve`). ConfigError naming the option for a bad value."""
+    (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
+    biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus per unit of a phrase listed
+    without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it).
+    ConfigError naming the option for a bad value."""
 
     method: str | None = None
     beam_size: int | None = None
@@ -33,6 +41,8 @@ class DecodingOptions:
     length_candidates: int | None = None
     count_prior: float | None = None
     ctc_score_weight: float | None = None
+    hotwords: tuple[Hotword, ...] | None = None
+    hotword_weight: float = DEFAULT_HOTWORD_WEIGHT
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in DECODE_METHODS:
@@ -49,6 +59,8 @@ class DecodingOptions:
             raise ConfigError(f"--count-prior must be >= 0, got {self.count_prior}")
         if (self.ctc_score_weight or 0) < 0:
             raise ConfigError(f"--ctc-score-weight must be >= 0, got {self.ctc_score_weight}")
+        if not (self.hotword_weight > 0 and math.isfinite(self.hotword_weight)):
+            raise ConfigError(f"--hotword-weight must be a finite number > 0, got {self.hotword_weight}")
 
     def resolve(self, defaults: DecodeConfig) -> "DecodingOptions":
         """Every unset option from ``defaults`` (a checkpoint's ``cfg.decode``). Greedy decoding keeps no LM: a
@@ -56,7 +68,7 @@ class DecodingOptions:
         greedily without it."""
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         for name, value in values.items():
-            if value is None:
+            if value is None and name not in RUN_OPTIONS:
                 values[name] = getattr(defaults, name)
         if values["method"] == "greedy" and self.lm_order is None:
             values["lm_order"] = 0
@@ -69,8 +81,9 @@ class DecodingOptions:
     def search_arguments(self, loaded) -> dict:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
-        without an LM), length_candidates, count_prior and ctc_score_weight; ConfigError when the model cannot decode
-        that way."""
+        without an LM), length_candidates, count_prior, ctc_score_weight and hotwords (the list's HotwordTrie over the
+        model's units, None without a list or with an empty one); ConfigError when the model cannot decode that way
+        (or a phrase has characters its units cannot write)."""
         options = self.resolve(loaded.cfg.decode)
         if options.length_candidates > 0 and loaded.cfg.model.type != "paraformer":
             raise ConfigError(f"--length-candidates needs a Paraformer (this checkpoint: {loaded.cfg.model.type}); "
@@ -80,15 +93,17 @@ class DecodingOptions:
         lm = None
         if options.lm_order > 0:
             lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
+        hotwords = HotwordTrie.build(options.hotwords, loaded.tokenizer) if options.hotwords else None
         return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
                 "lm_weight": options.lm_weight if lm is not None else 0.0,
                 "length_candidates": options.length_candidates, "count_prior": options.count_prior,
-                "ctc_score_weight": options.ctc_score_weight}
+                "ctc_score_weight": options.ctc_score_weight, "hotwords": hotwords}
 
 
 def add_decoding_arguments(parser) -> None:
     """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior, --ctc-score-weight (see
-    :class:`DecodingOptions`); each defaults to the checkpoint's ``decode`` config section."""
+    :class:`DecodingOptions`), each defaulting to the checkpoint's ``decode`` config section; --hotwords,
+    --hotword-weight."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
     group.add_argument("--decode", choices=DECODE_METHODS, default=None)
@@ -108,6 +123,13 @@ def add_decoding_arguments(parser) -> None:
                        help="a model trained with a CTC head: add this times each hypothesis's CTC log-likelihood per "
                             "token to its score, over the length candidates (Paraformer) or the beams "
                             "(autoregressive baseline) (0 = none)")
+    group.add_argument("--hotwords", metavar="FILE", default=None,
+                       help="bias the search toward the phrases of this file (names, terms; one a line, "
+                            "phrase<TAB>weight for a weight of its own, # comments): each unit of a phrase earns a "
+                            "bonus, given back when the match breaks; greedy decoding becomes beam 1 with biasing")
+    group.add_argument("--hotword-weight", type=float, default=DEFAULT_HOTWORD_WEIGHT,
+                       help="the bonus per unit of a phrase listed without a weight, in log-prob units (default "
+                            f"{DEFAULT_HOTWORD_WEIGHT:g}; the service reads its requests' lists with it too)")
 
 
 def check_ctc_score(model: ModelConfig, method: str, length_candidates: int) -> None:
@@ -119,7 +141,12 @@ def check_ctc_score(model: ModelConfig, method: str, length_candidates: int) -> 
 
 
 def decoding_options(args) -> DecodingOptions:
-    """argparse namespace (see :func:`add_decoding_arguments`) -> DecodingOptions (ConfigError on bad values)."""
-    return DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
-                           lm_weight=args.lm_weight, length_candidates=args.length_candidates,
-                           count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight)
+    """argparse namespace (see :func:`add_decoding_arguments`) -> DecodingOptions (ConfigError on bad values, a
+    hotword file that cannot be read or holds a bad line: the message names the file and the line)."""
+    options = DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
+                              lm_weight=args.lm_weight, length_candidates=args.length_candidates,
+                              count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight,
+                              hotword_weight=args.hotword_weight)
+    if args.hotwords is None:
+        return options
+    return replace(options, hotwords=read_hotwords(args.hotwords, args.hotword_weight))

@@ -1,6 +1,7 @@
 """The HTTP service: ``create_app(loaded_model, settings) -> FastAPI``.
 
-    POST /transcribe   multipart form, audio (WAV, FLAC, OGG, ...) in field ``file``  -> {"text", "duration_s", "rtf", "words"}
+    POST /transcribe   multipart form, audio (WAV, FLAC, OGG, ...) in field ``file``, optionally a hotword list in
+                       field ``hotwords`` -> {"text", "duration_s", "rtf", "words"}
     GET  /health       model type, checkpoint, device, uptime, limits, batching statistics, failure counters
     GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
 
@@ -8,14 +9,20 @@
 autoregressive-baseline checkpoint, which has no CIF). ``rtf`` is the request's processing time on the server (feature
 extraction, waiting for its batch, the decode) divided by the audio's duration.
 
+``hotwords`` (text, one phrase per line, ``phrase<TAB>weight`` for a weight of its own; decode/hotwords.py) biases this
+request's search toward its phrases, in addition to the server's own list (``--hotwords``; a phrase in both takes the
+request's weight); phrases without a weight get the server's ``--hotword-weight``. Requests with different lists are
+decoded in separate batches.
+
 Audio up to ``long_form.chunk_seconds`` goes through the micro-batcher; longer audio (up to ``max_audio_seconds``)
 through the long-recording lane (serving/long_lane.py), decoded window by window from the uploaded file, so short
 requests keep being batched and answered while a long one is decoded. Every refused request answers JSON
 ``{"detail": "<message>"}``: 400 unreadable audio (not an audio format soundfile reads, empty, damaged header, a WAV
-cut short in its data chunk, no samples), 413 upload larger than ``max_upload_bytes`` or audio longer than
-``max_audio_seconds``, 422 no file in the form field ``file``, 503 while the server shuts down or when
-``max_long_recordings`` long recordings are already queued, 500 only for a fault of the server (its reason logged,
-the other requests unaffected).
+cut short in its data chunk, no samples) or a bad ``hotwords`` field (larger than ``max_hotword_bytes``, more than
+``max_hotwords`` phrases, a bad weight, characters the model's units cannot write: the message names the line),
+413 upload larger than ``max_upload_bytes`` or audio longer than ``max_audio_seconds``, 422 no file in the form
+field ``file``, 503 while the server shuts down or when ``max_long_recordings`` long recordings are already queued,
+500 only for a fault of the server (its reason logged, the other requests unaffected).
 
 Failure isolation: every upload is decoded and checked (readable, at least one sample, no NaN or Inf sample) before
 it joins a micro-batch, so bad input is answered 400 on its own. A clip too short for the encoder (under ~70 ms)
@@ -33,7 +40,7 @@ from typing import BinaryIO
 from contextlib import asynccontextmanager
 
 import torch
-from fastapi import FastAPI, File, HTTPException, Request, UploadFile
+from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -41,7 +48,8 @@ from pydantic import BaseModel
 
 from paraformer_asr import __version__
 from paraformer_asr.data.audio import open_audio, read_frames, to_mono
-from paraformer_asr.errors import CheckpointError, DataError
+from paraformer_asr.decode.hotwords import HotwordTrie, merge_hotwords, parse_hotwords
+from paraformer_asr.errors import CheckpointError, ConfigError, DataError
 from paraformer_asr.inference import LoadedModel, features_from_waveform, model_device
 from paraformer_asr.serving.batcher import BatcherClosed, GreedyTranscriber, MicroBatcher
 from paraformer_asr.serving.long_lane import LaneFull, LongFormLane
@@ -49,6 +57,7 @@ from paraformer_asr.serving.settings import ServeSettings
 
 UPLOAD_FIELD = "file"
 UPLOAD_NAME = "uploaded file"  # how error messages name the upload
+HOTWORDS_FIELD = "hotwords"
 _DRAIN_FACTOR = 4  # an oversized body up to this many times the limit is read and dropped before answering 413
 
 log = logging.getLogger(__name__)
@@ -120,17 +129,26 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
 
     @app.post("/transcribe", response_model=Transcription, responses=errors)
     async def transcribe(file: UploadFile = File(..., description="an audio file: WAV (any PCM width, float, "
-                                                                  "A-law, mu-law), FLAC, OGG, MP3, ...")):
+                                                                  "A-law, mu-law), FLAC, OGG, MP3, ..."),
+                         hotwords: str | None = Form(None, description="phrases to bias the search toward (names, "
+                                                                       "terms), one a line, phrase<TAB>weight for a "
+                                                                       "weight of its own; added to the server's "
+                                                                       "list")):
         start = time.perf_counter()
+        request_hotwords = None
+        if hotwords is not None:
+            request_hotwords = await run_in_threadpool(hotwords_from_field, hotwords, loaded_model, settings)
         upload = file.file  # a seekable file object (in memory, or spooled to disk when large)
         duration_s = await run_in_threadpool(upload_duration, upload, settings.max_audio_seconds)
         try:
             if duration_s > settings.long_form.chunk_seconds:
-                future = lane.submit(upload, UPLOAD_NAME)
+                future = lane.submit(upload, UPLOAD_NAME, request_hotwords)
             else:
                 features, duration_s = await run_in_threadpool(features_from_upload, upload, loaded_model,
                                                                settings.max_audio_seconds)
-                future = batcher.submit((features, duration_s))
+                utterance = (features, duration_s) if request_hotwords is None else (features, duration_s,
+                                                                                      request_hotwords)
+                future = batcher.submit(utterance)
             recognition = await asyncio.wrap_future(future)
         except HTTPException:  # the upload's own 400 / 413
             raise
@@ -156,6 +174,27 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
                       batching=batching, long_form=long_form, failures=failures)
 
     return app
+
+
+def hotwords_from_field(text: str, loaded: LoadedModel, settings: ServeSettings) -> HotwordTrie | None:
+    """A request's ``hotwords`` form field -> the trie of the server's list and the request's phrases over the model's
+    units (decode/hotwords.py), or None when the field lists nothing (the server's list alone). HTTPException 400
+    naming the problem: a field over ``settings.max_hotword_bytes`` bytes or ``settings.max_hotwords`` phrases, a bad
+    weight (the line named), characters the model's units cannot write."""
+    size = len(text.encode("utf-8"))
+    if size > settings.max_hotword_bytes:
+        raise HTTPException(status_code=400, detail=f"the {HOTWORDS_FIELD} field holds {size} bytes; the limit is "
+                                                    f"{settings.max_hotword_bytes}")
+    try:
+        entries = parse_hotwords(text.splitlines(), settings.decoding.hotword_weight, f"the {HOTWORDS_FIELD} field")
+        if len(entries) > settings.max_hotwords:
+            raise ConfigError(f"the {HOTWORDS_FIELD} field lists {len(entries)} phrases; the limit is "
+                              f"{settings.max_hotwords}")
+        if not entries:
+            return None
+        return HotwordTrie.build(merge_hotwords(settings.decoding.hotwords or (), entries), loaded.tokenizer)
+    except ConfigError as exc:
+        raise HTTPException(status_code=400, detail=str(exc)) from None
 
 
 def upload_duration(upload: BinaryIO, max_audio_seconds: float) -> float:

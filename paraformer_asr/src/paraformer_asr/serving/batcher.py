@@ -10,7 +10,8 @@ fails on its own gets the exception (counted in ``stats()["isolated_failures"]``
 their results. The service validates every request (decoded, non-empty, finite samples) before it is submitted.
 
 Contracts:
-    GreedyTranscriber(loaded, device)(utterances: list of B (features [T_i, F], duration_s)) -> list of B Recognition
+    GreedyTranscriber(loaded, device)(utterances: list of B (features [T_i, F], duration_s) or (features, duration_s,
+        hotwords: a HotwordTrie or None)) -> list of B Recognition
     MicroBatcher(transcribe, max_batch_size, max_wait_ms).submit(request) -> Future of transcribe([request])[0]
     MicroBatcher.wait_idle(timeout_s) -> True once no request is queued or being decoded (False on timeout)
 """
@@ -50,8 +51,10 @@ class Recognition:
 
 
 class GreedyTranscriber:
-    """B utterances (features [T_i, F], duration in seconds) -> B Recognition, through one padded batch and one
-    batched decode (greedy unless ``search`` says otherwise; with token times when the model gives them)."""
+    """B utterances (features [T_i, F], duration in seconds, optionally the request's HotwordTrie) -> B Recognition,
+    through one padded batch and one batched decode (greedy unless ``search`` says otherwise; with token times when
+    the model gives them). Utterances with a hotword list of their own are decoded with it, one batch per distinct
+    list (the others with ``search``'s)."""
 
     def __init__(self, loaded: LoadedModel, device: torch.device, search: dict | None = None):
         self.loaded = loaded
@@ -60,12 +63,27 @@ class GreedyTranscriber:
         self.collate = Collator(loaded.tokenizer.pad_id)
         self.clock = frame_clock(loaded.cfg) if loaded.model.gives_timestamps else None
 
-    def __call__(self, utterances: list[tuple[torch.Tensor, float]]) -> list[Recognition]:
+    def __call__(self, utterances: list[tuple]) -> list[Recognition]:
+        lists = [utterance[2] if len(utterance) > 2 else None for utterance in utterances]
+        rows_by_list: dict[tuple | None, list[int]] = {}  # equal lists (their entries) decode together
+        for row, hotwords in enumerate(lists):
+            rows_by_list.setdefault(None if hotwords is None else hotwords.entries, []).append(row)
+        results: list[Recognition | None] = [None] * len(utterances)
+        for rows in rows_by_list.values():
+            hotwords = lists[rows[0]]
+            search = self.search if hotwords is None else {**self.search, "hotwords": hotwords}
+            recognised = self._decode([utterances[row][:2] for row in rows], search)
+            for row, recognition in zip(rows, recognised):
+                results[row] = recognition
+        return results
+
+    def _decode(self, utterances: list[tuple[torch.Tensor, float]], search: dict) -> list[Recognition]:
+        """One padded batch of (features [T_i, F], duration_s), decoded with ``search``."""
         no_tokens = torch.zeros(0, dtype=torch.long)
         items = [{"id": str(index), "features": feats, "tokens": no_tokens, "text": "", "duration_s": duration_s}
                  for index, (feats, duration_s) in enumerate(utterances)]  # feats [T_i, F]
         batch = self.collate(items)  # features [B, T_max, F], feat_mask [B, T_max]
-        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, **self.search, clock=self.clock)
+        transcripts, _ = transcribe_batches(self.loaded.model, [batch], self.device, **search, clock=self.clock)
         tokenizer = self.loaded.tokenizer
         return [Recognition(tokenizer.decode(t.hyp_tokens), self._words(t)) for t in transcripts]
 

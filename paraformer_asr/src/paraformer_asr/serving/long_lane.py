@@ -14,7 +14,8 @@ use 2N threads together; N = 1 leaves one core to each on two cores.
 
 Contract:
     LongFormLane(loaded, device, options, batcher, yield_ms=200.0, max_queued=4, niceness=10, search=None)
-        start(); submit(source, name) -> Future of a Recognition (text, words); close(timeout_s=30.0); stats()
+        start(); submit(source, name, hotwords=None) -> Future of a Recognition (text, words); close(timeout_s=30.0);
+        stats()
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import BinaryIO
 
 import torch
 
+from paraformer_asr.decode.hotwords import HotwordTrie
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
 from paraformer_asr.errors import DataError
 from paraformer_asr.inference import LoadedModel
@@ -47,6 +49,7 @@ class _Job:
     source: BinaryIO  # a seekable file object of the upload
     name: str
     future: Future
+    hotwords: HotwordTrie | None = None  # the request's own list (None: the server's)
 
 
 _STOP = object()
@@ -86,9 +89,10 @@ class LongFormLane:
             self._accepting = True
             self._thread.start()
 
-    def submit(self, source: BinaryIO, name: str) -> Future:
-        """Queue one recording (a seekable file object); the future resolves to its Recognition. BatcherClosed
-        when the lane is not running, LaneFull when ``max_queued`` recordings are already waiting or running."""
+    def submit(self, source: BinaryIO, name: str, hotwords: HotwordTrie | None = None) -> Future:
+        """Queue one recording (a seekable file object), decoded with the request's ``hotwords`` when given (else
+        the server's search); the future resolves to its Recognition. BatcherClosed when the lane is not running,
+        LaneFull when ``max_queued`` recordings are already waiting or running."""
         future: Future = Future()
         with self._lock:
             if not self._accepting:
@@ -97,7 +101,7 @@ class LongFormLane:
                 raise LaneFull(f"{self._waiting_or_running} long recordings are already queued or being decoded "
                                f"(the limit is {self.max_queued}); retry later")
             self._waiting_or_running += 1
-            self._queue.put(_Job(source, name, future))
+            self._queue.put(_Job(source, name, future, hotwords))
         return future
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -131,9 +135,10 @@ class LongFormLane:
         try:
             if not job.future.set_running_or_notify_cancel():
                 return
+            search = self.search if job.hotwords is None else {**self.search, "hotwords": job.hotwords}
             try:
                 result = transcribe_long(self.loaded, job.source, self.device, self.options, name=job.name,
-                                         pause=self._yield_to_short_requests, **self.search)
+                                         pause=self._yield_to_short_requests, **search)
             except (BatcherClosed, DataError) as exc:  # shutting down, or samples found unreadable: the client's 400
                 job.future.set_exception(exc)
                 return

@@ -22,7 +22,9 @@ class ServeSettings:
     long_form: how recordings longer than its ``chunk_seconds`` are cut and decoded (their own lane).
     long_yield_ms: longest wait of the long-recording lane for idle short requests, per window batch.
     max_long_recordings: long recordings queued or being decoded at once; more are refused with 503.
-    decoding: how every request is decoded (decode/options.py; greedy by default)."""
+    decoding: how every request is decoded (decode/options.py; greedy by default), its hotword list included.
+    max_hotword_bytes, max_hotwords: the largest ``hotwords`` form field a request may send (UTF-8 bytes), and the most
+    phrases it may list (its list is added to the server's)."""
 
     max_upload_bytes: int = 128 * MIB
     max_audio_seconds: float = 3600.0
@@ -32,11 +34,15 @@ class ServeSettings:
     long_yield_ms: float = 200.0
     max_long_recordings: int = 4
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
+    max_hotword_bytes: int = 64 * 1024
+    max_hotwords: int = 1000
 
     def __post_init__(self) -> None:
         _require_int(self.max_upload_bytes, "max_upload_bytes", minimum=1)
         _require_int(self.max_batch_size, "max_batch_size", minimum=1)
         _require_int(self.max_long_recordings, "max_long_recordings", minimum=1)
+        _require_int(self.max_hotword_bytes, "max_hotword_bytes", minimum=1)
+        _require_int(self.max_hotwords, "max_hotwords", minimum=1)
         _require_number(self.max_audio_seconds, "max_audio_seconds", positive=True)
         _require_number(self.max_wait_ms, "max_wait_ms", positive=False)
         _require_number(self.long_yield_ms, "long_yield_ms", positive=False)
@@ -46,7 +52,11 @@ class ServeSettings:
             raise ConfigError(f"serve setting 'decoding' must be DecodingOptions, got {self.decoding!r}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every setting as plain data; the server's hotword list as the number of its phrases (None: no list)."""
+        values = asdict(self)
+        hotwords = self.decoding.hotwords
+        values["decoding"]["hotwords"] = None if hotwords is None else len(hotwords)
+        return values
 
 
 def _require_int(value: object, name: str, minimum: int) -> None:

@@ -20,21 +20,22 @@ from paraformer_asr.decode.search import Transcript, transcribe_batches
 from paraformer_asr.decode.timestamps import FrameClock, frame_clock, word_times
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import LoadedModel, evaluation_loader, evaluation_manifest
-from paraformer_asr.metrics import score_transcripts, word_boundary_errors
+from paraformer_asr.metrics import hotword_scores, score_transcripts, word_boundary_errors
 from paraformer_asr.training.calibration import same_set
 
 
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
              method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
-             clock: FrameClock | None = None, length_candidates: int = 0,
-             count_prior: float = 0.0, ctc_score_weight: float = 0.0) -> tuple[dict, list[Transcript], list[str]]:
+             clock: FrameClock | None = None, length_candidates: int = 0, count_prior: float = 0.0,
+             ctc_score_weight: float = 0.0, hotwords=None) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;
     transcripts; hypothesis texts). rtf = decoding seconds / seconds of input. With a ``clock`` the
     transcripts carry token times, and when the references have timed words the scores add
     ``word_boundary_mae_ms`` (mean |start| and |end| error over the correctly recognised words) and
-    ``word_boundary_words`` (how many words it is measured on)."""
+    ``word_boundary_words`` (how many words it is measured on). The search options are :func:`transcribe_batches`'
+    (``hotwords``: a HotwordTrie)."""
     transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight, clock,
-                                              length_candidates, count_prior, ctc_score_weight)
+                                              length_candidates, count_prior, ctc_score_weight, hotwords)
     hyp_texts = [tokenizer.decode(t.hyp_tokens) for t in transcripts]
     scores = score_transcripts([t.ref_tokens for t in transcripts], [t.hyp_tokens for t in transcripts],
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
@@ -58,32 +59,32 @@ def word_boundary_scores(timed: list[tuple[list[dict], list[dict]]]) -> dict:
 
 def oracle_length_hypotheses(model: nn.Module, loader: DataLoader, device: torch.device,
                              transcripts: list[Transcript], beam_size: int = 1, lm=None,
-                             lm_weight: float = 0.0) -> list[list[int]]:
+                             lm_weight: float = 0.0, hotwords=None) -> list[list[int]]:
     """Each transcript's hypothesis had its token count been right: kept when its count already is, otherwise
     decoded again given the true count (``model.oracle_length_decode``, the Paraformer's) by the search that made
-    ``transcripts`` (greedy, or beam ``beam_size`` fused with ``lm``; the CTC score, which ranks counts, is left
-    out). ``transcripts`` come from decoding ``loader`` (same order)."""
+    ``transcripts`` (greedy, or beam ``beam_size`` fused with ``lm`` and biased toward ``hotwords``; the CTC score,
+    which ranks counts, is left out). ``transcripts`` come from decoding ``loader`` (same order)."""
     oracle: list[list[int]] = []
     with torch.no_grad():
         for batch in loader:
             batch = batch.to(device)
             tokens, lengths = model.oracle_length_decode(batch.features, batch.feat_mask, batch.tokens,
-                                                         batch.token_lengths, beam_size, lm, lm_weight)
+                                                         batch.token_lengths, beam_size, lm, lm_weight, hotwords)
             oracle.extend(row[:n] for row, n in zip(tokens.cpu().tolist(), lengths.cpu().tolist()))
     return [t.hyp_tokens if len(t.hyp_tokens) == len(t.ref_tokens) else fixed for t, fixed in zip(transcripts, oracle)]
 
 
 def count_diagnostics(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
                       transcripts: list[Transcript], group_values: list[str] | None = None, beam_size: int = 1,
-                      lm=None, lm_weight: float = 0.0) -> dict:
+                      lm=None, lm_weight: float = 0.0, hotwords=None) -> dict:
     """What separates counting from recognising: ``oracle_length_cer`` (the CER had every token count been right,
-    :func:`oracle_length_hypotheses` with the search ``beam_size``, ``lm``, ``lm_weight`` that made
+    :func:`oracle_length_hypotheses` with the search ``beam_size``, ``lm``, ``lm_weight``, ``hotwords`` that made
     ``transcripts``; models with ``oracle_length_decode`` only) and, with ``group_values`` (one per transcript),
     ``groups``: the scores of every group of utterances (plus its oracle_length_cer)."""
     refs = [t.ref_tokens for t in transcripts]
     ref_texts = [t.ref_text for t in transcripts]
     hyps = [t.hyp_tokens for t in transcripts]
-    oracle = oracle_length_hypotheses(model, loader, device, transcripts, beam_size, lm, lm_weight) \
+    oracle = oracle_length_hypotheses(model, loader, device, transcripts, beam_size, lm, lm_weight, hotwords) \
         if hasattr(model, "oracle_length_decode") else None
 
     def scores_of(rows: list[int]) -> dict:
@@ -118,6 +119,22 @@ def manifest_field(path: str, key: str) -> dict[str, str]:
     return values
 
 
+def manifest_hotwords(path: str, skip_bad_files: bool = False) -> dict[str, list[str]] | None:
+    """utterance id -> the phrases of the ``hotwords`` field of its line in the JSON Lines manifest ``path`` (a
+    rare-word test set: make_speech_corpus.py --rare-words); None when no line has the field, [] for a line without
+    it. ConfigError naming the line when the field is not a list of phrases."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    values, found = {}, False
+    for entry in read_manifest(path, skip_bad_files):
+        record = json.loads(lines[entry.line_no - 1])
+        found = found or "hotwords" in record
+        phrases = record.get("hotwords", [])
+        if not isinstance(phrases, list) or not all(isinstance(p, str) and p.split() for p in phrases):
+            raise ConfigError(f"{entry.where}: the field 'hotwords' must be a list of phrases, got {phrases!r}")
+        values[entry.id] = phrases
+    return values if found else None
+
+
 def hypothesis_words(tokenizer: Tokenizer, transcript: Transcript) -> list[dict]:
     """The timed words of a transcript decoded with timestamps: [{"word", "start_ms", "end_ms"}]."""
     return word_times(tokenizer.pieces(transcript.hyp_tokens), transcript.token_times)
@@ -133,7 +150,7 @@ def recording_seconds(entry: ManifestEntry) -> float:
 def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.device, options: LongFormOptions,
                        method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
                        length_candidates: int = 0, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
-                       progress=None) -> tuple[dict, list[dict]]:
+                       hotwords=None, progress=None) -> tuple[dict, list[dict]]:
     """Score recordings decoded window by window (decode/longform.py), each on its own.
 
     -> (scores: the keys of :func:`evaluate` (hypothesis token ids re-encoded from the stitched text) with
@@ -149,7 +166,7 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
                                        f"{entry.audio_path}", start_s=entry.start_s, end_s=entry.end_s,
                                        method=method, beam_size=beam_size, lm=lm, lm_weight=lm_weight,
                                        length_candidates=length_candidates, count_prior=count_prior,
-                                       ctc_score_weight=ctc_score_weight, progress=report))
+                                       ctc_score_weight=ctc_score_weight, hotwords=hotwords, progress=report))
     scores = score_transcripts([tokenizer.encode(entry.text) for entry in entries],
                                [tokenizer.encode(result.text) for result in results],
                                [entry.text for entry in entries], [result.text for result in results]).to_dict()
@@ -183,7 +200,10 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
 
     A manifest with a recording longer than ``options.chunk_seconds`` (or ``long_form``) is decoded recording by
     recording, window by window (:func:`evaluate_long_form`, ``progress`` as there); otherwise in batches.
-    ``decoding`` says how (decode/options.py: greedy or beam, with a token n-gram LM when ``lm_order`` > 0)."""
+    ``decoding`` says how (decode/options.py: greedy or beam, with a token n-gram LM when ``lm_order`` > 0, biased
+    toward a hotword list). With a hotword list the scores add ``hotwords`` (the phrases listed) and, on a manifest
+    whose lines carry ``hotwords`` (the rare words each utterance speaks), :func:`hotword_scores`' recall, precision
+    and counts (the phrases scored: every utterance's hotwords and the list's)."""
     manifest_path = evaluation_manifest(loaded, split, manifest)
     if long_form and manifest_path is None:
         raise ConfigError("--long-form needs a checkpoint trained on audio")
@@ -213,7 +233,7 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
             groups = [field[t.id] for t in transcripts]
         beam_size = search["beam_size"] if search["method"] == "beam" else 1
         scores.update(count_diagnostics(loaded.model, loader, loaded.tokenizer, device, transcripts, groups,
-                                        beam_size, search["lm"], search["lm_weight"]))
+                                        beam_size, search["lm"], search["lm_weight"], search["hotwords"]))
         predictions = []
         for transcript, hyp in zip(transcripts, hyps):
             line = {"id": transcript.id, "ref": transcript.ref_text, "hyp": hyp}
@@ -226,6 +246,15 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
               "length_candidates": resolved.length_candidates, "count_prior": resolved.count_prior,
               "ctc_score_weight": resolved.ctc_score_weight, "checkpoint": str(loaded.path),
               "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
+    if decoding.hotwords is not None:
+        result["hotwords"] = len(decoding.hotwords)
+    spoken = None
+    if manifest_path is not None and decoding.hotwords is not None:
+        spoken = manifest_hotwords(manifest_path, loaded.cfg.data.skip_bad_files)
+    if spoken is not None:
+        result.update(hotword_scores([line["ref"] for line in predictions], [line["hyp"] for line in predictions],
+                                     [spoken[line["id"]] for line in predictions],
+                                     [entry.phrase for entry in decoding.hotwords]))
     if loaded.model.calibrates_cif and same_set(manifest_path or f"toy:{split}", loaded.calibrated_on):
         result["calibration_in_sample"] = True
         print(f"warning: {result['dataset']} is the set the CIF scale (alpha_scale) was calibrated on: these "
