@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import yaml
 
@@ -14,6 +16,10 @@ def test_shipped_configs_load():
         assert cfg.model.type == "paraformer" and cfg.data.kind == "toy"
     speech = load_config(PROJECT / "configs" / "paraformer_speech.yaml")
     assert speech.data.kind == "manifest" and speech.data.n_mels == 80 and speech.data.spec_augment.time_masks > 0
+    assert not speech.model.streaming.enabled
+    streaming = load_config(PROJECT / "configs" / "paraformer_streaming.yaml")
+    assert streaming.model.streaming.enabled and 0 in streaming.model.streaming.chunk_sizes
+    assert streaming.model == dataclasses.replace(speech.model, streaming=streaming.model.streaming)  # same recipe
 
 
 def test_overrides_are_parsed_as_yaml_and_checked():

@@ -52,7 +52,7 @@ def wrong_values(hint) -> st.SearchStrategy:
     containers = st.one_of(st.lists(st.integers(), max_size=2), st.dictionaries(LETTERS, st.integers(), max_size=2))
     if hint == "section":
         return st.one_of(st.integers(), LETTERS, st.lists(st.integers(), max_size=2))
-    if hint == list[float] or hint == typing.Optional[list[float]]:
+    if hint == list[float] or hint == typing.Optional[list[float]] or hint == list[int]:
         return st.one_of(LETTERS, st.integers(), st.lists(LETTERS, min_size=1, max_size=2))
     args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
     base = args[0] if args else hint
@@ -97,8 +97,9 @@ def check_refused(case: tuple[str, dict, str]) -> None:
     assert named, (name, key, str(refused.value))
 
 
-SHIPPED_NAMES = {"paraformer_numbers.yaml", "paraformer_speech.yaml", "paraformer_toy.yaml", "quick.yaml",
-                 "transformer_ar_numbers.yaml", "transformer_ar_speech.yaml", "transformer_ar_toy.yaml"}
+SHIPPED_NAMES = {"paraformer_numbers.yaml", "paraformer_speech.yaml", "paraformer_streaming.yaml",
+                 "paraformer_toy.yaml", "quick.yaml", "transformer_ar_numbers.yaml", "transformer_ar_speech.yaml",
+                 "transformer_ar_toy.yaml"}
 
 
 def test_every_shipped_config_is_valid_and_every_setting_is_generated():

@@ -176,6 +176,19 @@ class DataConfig:
 
 
 @dataclass
+class StreamingConfig:
+    """A chunked encoder that can be decoded while the audio arrives (models/streaming.py); off by default. Chunk
+    sizes count encoder frames (40 ms each with 4x subsampling of 10 ms features)."""
+
+    enabled: bool = False  # chunk attention masks in the encoder (and decoding as a stream possible)
+    chunk_sizes: list[int] = field(default_factory=lambda: [4, 8, 16, 0])  # training: one drawn per batch; 0 = full
+    left_chunks: Optional[int] = None  # chunks before its own that a frame attends to; null = all of them
+    right_frames: int = 0  # look-ahead: frames past its chunk's end the first encoder layer attends to
+    decode_chunk_size: int = 16  # the chunk outside training (validation, eval.py, streams); 0 = full context
+    two_pass: bool = False  # a stream's final transcript from one full-context pass over the whole utterance
+
+
+@dataclass
 class ModelConfig:
     type: str = field(default="paraformer", metadata=_choices(*MODEL_TYPES))
     d_model: int = 128
@@ -208,6 +221,7 @@ class ModelConfig:
     ctc_queries: str = field(default="states", metadata=_choices(*CTC_QUERIES))
     predictor_bias: int = 0  # 1: the CIF also fires for an <eos> after the last token (FunASR's predictor_bias)
     activation_checkpointing: bool = False
+    streaming: StreamingConfig = field(default_factory=StreamingConfig)
 
 
 @dataclass
@@ -409,6 +423,8 @@ def validate(cfg: Config) -> Config:
         _require(model.predictor_bias == 0, "model.predictor_bias", "0 with model.predictor 'ctc' (no end-of-sentence "
                  "fire)", model.predictor_bias)
 
+    _validate_streaming(cfg)
+
     decode = cfg.decode
     _require(decode.beam_size >= 1, "decode.beam_size", ">= 1", decode.beam_size)
     _require(decode.lm_order >= 0, "decode.lm_order", ">= 0", decode.lm_order)
@@ -484,6 +500,27 @@ def _validate_augment(augment: AugmentConfig) -> None:
     _require(augment.microphone.max_db >= 0, "data.augment.microphone.max_db", ">= 0", augment.microphone.max_db)
     _require_range(loudness.gain_db, "data.augment.loudness.gain_db")
     _require_range(loudness.clip_level, "data.augment.loudness.clip_level", 0.01, 1.0)
+
+
+def _validate_streaming(cfg: Config) -> None:
+    """The ``model.streaming`` block: its values always (a block given must make sense), and what streaming needs of
+    the rest of the config when it is on."""
+    streaming, model = cfg.model.streaming, cfg.model
+    sizes = streaming.chunk_sizes
+    _require(len(sizes) > 0 and all(size >= 0 for size in sizes), "model.streaming.chunk_sizes",
+             "a non-empty list of chunk sizes >= 0 (0: full context)", sizes)
+    _require(streaming.left_chunks is None or streaming.left_chunks >= 0, "model.streaming.left_chunks",
+             ">= 0 or null (all chunks before)", streaming.left_chunks)
+    _require(streaming.right_frames >= 0, "model.streaming.right_frames", ">= 0", streaming.right_frames)
+    _require(streaming.decode_chunk_size >= 0, "model.streaming.decode_chunk_size", ">= 0 (0: full context)",
+             streaming.decode_chunk_size)
+    if streaming.enabled:
+        _require(model.type == "paraformer" and model.predictor == "cif", "model.streaming.enabled",
+                 "false unless model.type is 'paraformer' with model.predictor 'cif' (the CIF integrates a stream)",
+                 streaming.enabled)
+        _require(not cfg.data.utterance_mean, "data.utterance_mean",
+                 "false with model.streaming.enabled (a stream has no utterance mean to subtract)",
+                 cfg.data.utterance_mean)
 
 
 def _validate_toy(toy: ToyDataConfig) -> None:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from paraformer_asr.data.audio import audio_info
+from paraformer_asr.data.audio import audio_info, load_audio
 from paraformer_asr.data.batching import Collator
+from paraformer_asr.data.setup import make_frontend
 from paraformer_asr.data.toy import ToySeq2SeqDataset
 from paraformer_asr.decode import longform
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.search import require_timestamps, transcribe_batches
+from paraformer_asr.decode.streaming import StreamingFeatures, StreamingRecognizer
 from paraformer_asr.decode.timestamps import frame_clock, token_entries, word_times
-from paraformer_asr.errors import ConfigError
+from paraformer_asr.errors import ConfigError, DataError
 from paraformer_asr.inference import LoadedModel, features_from_file
 
 
@@ -69,3 +72,58 @@ def transcribe_inputs(loaded: LoadedModel, device: torch.device, inputs: list[st
                           words=word_times(pieces, transcript.token_times))
         results[index] = result
     return [results[index] for index in sorted(results)]
+
+
+FULL_CONTEXT_PIECE_MS = 600.0  # the pieces a stream is fed at full context (one chunk: the whole utterance)
+
+
+class StreamUpdate(NamedTuple):
+    """One line of a streamed transcription: ``ms`` of input fed so far, the transcript ``text``, ``final`` or not."""
+
+    ms: float
+    text: str
+    final: bool
+
+
+def stream_file(loaded: LoadedModel, name: str, chunk_ms: float | None = None,
+                two_pass: bool | None = None) -> Iterator[StreamUpdate]:
+    """One input file transcribed as a stream (decode/streaming.py), fed in pieces of ``chunk_ms`` as a live source
+    would feed it; the encoder's chunks are as long (rounded to whole encoder frames, at least one). ``chunk_ms``
+    None: the checkpoint's ``model.streaming.decode_chunk_size`` (pieces of :data:`FULL_CONTEXT_PIECE_MS` where that
+    is 0, full context). Audio is read whole (its format and sample rate converted), then cut into pieces that go
+    through the streaming front end; a feature file (.npy / .pt) is cut into pieces of frames. Yields the partial
+    transcript each time it changes, then the final one (``two_pass`` None: the checkpoint's
+    ``model.streaming.two_pass``)."""
+    if chunk_ms is not None and chunk_ms <= 0:
+        raise ConfigError(f"--chunk-ms must be > 0, got {chunk_ms:g}")
+    path = Path(name)
+    clock = frame_clock(loaded.cfg)
+    chunk_frames = None if chunk_ms is None else max(1, round(chunk_ms / clock.encoder_frame_ms))
+    recognizer = StreamingRecognizer(loaded.model, chunk_frames, two_pass)
+    piece_ms = chunk_ms or recognizer.chunk_size * clock.encoder_frame_ms or FULL_CONTEXT_PIECE_MS
+    if path.suffix.lower() in (".npy", ".pt"):
+        features, _ = features_from_file(path, loaded)  # [T, F]
+        frames_per_piece = max(1, round(piece_ms / clock.hop_ms))
+        pieces = [(piece, piece.shape[0] * clock.hop_ms) for piece in features.split(frames_per_piece)]
+        front_end = None
+    else:
+        if not path.is_file():
+            raise DataError(f"input file not found: {path}")
+        if loaded.cfg.data.kind != "manifest":
+            raise DataError(f"{path}: this checkpoint was trained on toy features, not audio; give feature files "
+                            "(.npy or .pt)")
+        rate = loaded.cfg.data.sample_rate
+        waveform = load_audio(path, rate)  # [N]
+        samples_per_piece = max(1, round(piece_ms * rate / 1000.0))
+        pieces = [(piece, piece.numel() * 1000.0 / rate) for piece in waveform.split(samples_per_piece)]
+        front_end = StreamingFeatures(make_frontend(loaded.cfg), loaded.normalizer)
+    fed_ms, shown = 0.0, ""
+    for piece, piece_ms in pieces:
+        fed_ms += piece_ms
+        partial = loaded.tokenizer.decode(recognizer.accept(front_end.accept(piece) if front_end else piece))
+        if partial != shown:
+            shown = partial
+            yield StreamUpdate(fed_ms, partial, final=False)
+    if front_end is not None:
+        recognizer.accept(front_end.finish())
+    yield StreamUpdate(fed_ms, loaded.tokenizer.decode(recognizer.finish()), final=True)

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from paraformer_asr.checks import assert_shape, check_padding_mask
-from paraformer_asr.models.layers import DecoderBlock, PositionalEncoding
+from paraformer_asr.models.layers import DecoderBlock, KeyValue, PositionalEncoding
 
 
 class NarDecoder(nn.Module):
@@ -16,7 +16,8 @@ class NarDecoder(nn.Module):
     sinusoidal positions; blocks use self-attention with a padding mask and no causal mask (or, with
     ``fsmn_kernel_size`` > 0, SAN-M's FSMN memory: a depthwise convolution over the tokens),
     cross-attention to the encoder output and a feed-forward layer. ``token_embedding`` [V, D]
-    embeds target tokens for the glancing sampler.
+    embeds target tokens for the glancing sampler. A stream projects its memory chunk by chunk
+    (:meth:`project_memory`) and decodes with :meth:`forward_projected`.
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
@@ -42,7 +43,18 @@ class NarDecoder(nn.Module):
         assert_shape(memory, f"B,T,{self.d_model}", "decoder memory", dims)
         check_padding_mask(token_mask, "decoder token_mask", (dims["B"], dims["N"]), allow_empty_rows=True)
         check_padding_mask(memory_mask, "decoder memory_mask", (dims["B"], dims["T"]))
+        return self.forward_projected(acoustic, token_mask, self.project_memory(memory), memory_mask)
+
+    def project_memory(self, memory: torch.Tensor) -> list[KeyValue]:
+        """memory [B, T, D] -> each block's cross-attention keys and values (k, v) [B, H, T, Dh]; those of consecutive
+        stretches of the memory concatenate along dim 2."""
+        return [block.cross_attn.project_key_value(memory, memory) for block in self.blocks]
+
+    def forward_projected(self, acoustic: torch.Tensor, token_mask: torch.Tensor, memory_kv: list[KeyValue],
+                          memory_mask: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` over a memory already projected by :meth:`project_memory`: acoustic [B, N, D], token_mask
+        [B, N], memory_kv per block (k, v) [B, H, T, Dh], memory_mask [B, T] -> logits [B, N, V]."""
         x = self.dropout(self.positions(acoustic))
-        for block in self.blocks:
-            x = block(x, token_mask, memory, memory_mask)
+        for block, kv in zip(self.blocks, memory_kv):
+            x = block.forward_projected(x, token_mask, kv, memory_mask)
         return self.output(self.final_norm(x))  # [B, N, V]

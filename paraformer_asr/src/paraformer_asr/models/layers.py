@@ -70,9 +70,11 @@ class FsmnMemory(nn.Module):
 
 
 class EncoderBlock(nn.Module):
-    """Self-attention (padding mask, no causal mask) + feed-forward, pre-norm residuals.
+    """Self-attention (padding mask; a chunk mask in a streaming encoder) + feed-forward, pre-norm residuals.
 
-    forward(x [B, T, D], mask [B, T] bool True = valid) -> [B, T, D]
+    forward(x [B, T, D], mask [B, T] bool True = valid, attn_mask [T, T] bool | None) -> [B, T, D]
+    forward_chunk(x [B, C, D], cached (k, v), ahead [B, R, D] | None) -> ([B, C, D], (k, v) of the chunk): the same
+    computation for one chunk of a stream (models/streaming.py)
     """
 
     def __init__(self, d_model: int, num_heads: int, ffn_dim: int, dropout: float = 0.0):
@@ -83,10 +85,31 @@ class EncoderBlock(nn.Module):
         self.norm_ffn = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         h = self.norm_attn(x)
-        x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=mask))
+        x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=mask, attn_mask=attn_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
+
+    def forward_chunk(self, x: torch.Tensor, cached: KeyValue,
+                      ahead: torch.Tensor | None = None) -> tuple[torch.Tensor, KeyValue]:
+        """One chunk of a stream, every frame valid: what :meth:`forward` computes for these frames under a chunk mask.
+
+        x [B, C, D] the chunk's frames; cached (k, v) [B, H, L, Dh] the keys and values of the L earlier frames its
+        queries see; ``ahead`` [B, R, D] the look-ahead frames after it that they also see (their keys and values are
+        projected here and not kept) -> (out [B, C, D], (k, v) [B, H, C, Dh] of the chunk, to cache for later chunks).
+        """
+        h = self.norm_attn(x)  # [B, C, D]
+        k_new, v_new = self.self_attn.project_key_value(h, h)  # [B, H, C, Dh] each
+        keys, values = [cached[0], k_new], [cached[1], v_new]
+        if ahead is not None:
+            h_ahead = self.norm_attn(ahead)  # [B, R, D]
+            k_ahead, v_ahead = self.self_attn.project_key_value(h_ahead, h_ahead)  # [B, H, R, Dh] each
+            keys.append(k_ahead)
+            values.append(v_ahead)
+        attended = self.self_attn.attend(self.self_attn.project_query(h), torch.cat(keys, dim=2),
+                                         torch.cat(values, dim=2))  # [B, C, D]
+        x = x + self.dropout(attended)
+        return x + self.dropout(self.ffn(self.norm_ffn(x))), (k_new, v_new)
 
 
 class DecoderBlock(nn.Module):
@@ -114,6 +137,13 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x: torch.Tensor, x_mask: torch.Tensor, memory: torch.Tensor, memory_mask: torch.Tensor,
                 self_attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.forward_projected(x, x_mask, self.cross_attn.project_key_value(memory, memory), memory_mask,
+                                      self_attn_mask)
+
+    def forward_projected(self, x: torch.Tensor, x_mask: torch.Tensor, memory_kv: KeyValue, memory_mask: torch.Tensor,
+                          self_attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`forward` with the memory's cross-attention keys and values already projected: memory_kv (k, v)
+        [B, H, T, Dh] (``cross_attn.project_key_value(memory, memory)``; a stream appends each chunk's)."""
         h = self.norm_self(x)
         if self.fsmn is not None:
             if self_attn_mask is not None:
@@ -122,7 +152,8 @@ class DecoderBlock(nn.Module):
         else:
             x = x + self.dropout(self.self_attn(h, h, h, key_padding_mask=x_mask, attn_mask=self_attn_mask))
         h = self.norm_cross(x)
-        x = x + self.dropout(self.cross_attn(h, memory, memory, key_padding_mask=memory_mask))
+        x = x + self.dropout(self.cross_attn.attend(self.cross_attn.project_query(h), *memory_kv,
+                                                    key_padding_mask=memory_mask))
         return x + self.dropout(self.ffn(self.norm_ffn(x)))
 
     def step(self, x: torch.Tensor, self_kv: KeyValue, cross_kv: KeyValue,
