@@ -40,6 +40,16 @@ records "unheard_orders", and per split "heard_in_training" and "words_per_utter
 voice: "engine", "voice" (what the engine was given: en-us+m1, kal16, kal_diphone), "accent" and "speaker" (the
 espeak-ng variant, or the person behind a flite / festival voice), for grouped scores.
 
+With --rare-words names (or a FILE of "rare word<TAB>distractor" lines) the corpus is a small test set for hotwords
+(eval.py --hotwords): carrier sentences ("please call {} tomorrow morning", 10 of them) with one slot, filled in train
+and val with common words and the distractors, in test with 16 rare words (8 surnames, 8 technical terms:
+data/speech_corpus.py), each paired with a common word that sounds alike. Half of the rare words (drawn from --seed)
+are spoken --rare-train-count times (default 3) in training, the others never; the test split goes round the rare
+words, every fourth round speaking their distractors instead (so at least 64 test utterances to have any). Every
+manifest line has "hotwords": the rare words it speaks ([] for the others); corpus.json lists each rare word, its
+distractor and how often training speaks it ("rare_word_list"), and OUT/hotwords.txt every rare word, one a line (the
+list for eval.py --hotwords).
+
 With --word-times (and --transcript spoken, or --words) every word is synthesised on its own, trimmed to its audible
 part and joined to the next with a pause (data/word_timing.py); each manifest line then has
 "words": [{"word", "start_ms", "end_ms"}], the ground truth of eval.py's word_boundary_mae_ms.
@@ -53,6 +63,9 @@ Usage (from paraformer_asr/):
         --words keywords --min-words 1 --max-words 4 --sample-rate 22050 --train-accents en-us,en,en-gb-x-rp \
         --val-accents en-gb-x-gbcwmd --test-accents en-gb-scotland,en-029,en-us-nyc --rate-range 130 200 \
         --pitch-range 25 75 --seed 0 [--unheard-orders]
+    # the hotword test set: rare names and terms, a few times or never in training, and sound-alike distractors
+    python scripts/make_speech_corpus.py --out /path/to/rare --num-train 600 --num-val 64 --num-test 128 \
+        --rare-words names --rare-train-count 3
     # many voices of three engines reading the lines of a text file
     python scripts/make_speech_corpus.py --out /path/to/voices --num-train 3000 --num-val 300 --num-test 300 \
         --text phrases.txt --engines espeak,flite,festival --stretch-range 0.9 1.1
@@ -100,6 +113,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--text", type=Path, default=None,
                         help="a text file, one phrase per line: each utterance reads one, transcribed as its "
                              "lower-case words without punctuation")
+    parser.add_argument("--rare-words", default=None,
+                        help="'names': the built-in rare words (surnames, terms) and their sound-alikes; or a file "
+                             "of 'rare word<TAB>distractor' lines. A hotword test set: carrier sentences, the rare "
+                             "words in test (and a few times in training), a 'hotwords' field on every line")
+    parser.add_argument("--rare-train-count", type=int, default=3,
+                        help="with --rare-words: training utterances of each rare word heard in training (half of "
+                             "them; the others are never heard)")
     parser.add_argument("--engines", default="espeak",
                         help="comma-separated synthesisers whose installed voices read the corpus: espeak, flite, "
                              "festival (default: espeak)")

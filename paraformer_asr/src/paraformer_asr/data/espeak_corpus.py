@@ -26,8 +26,9 @@ from tqdm import tqdm
 
 from paraformer_asr.data.audio import read_audio, write_audio
 from paraformer_asr.data.resample import resample
-from paraformer_asr.data.speech_corpus import (hold_out_phrases, load_phrases, load_text, load_words,
-                                               parse_accent_list, phrase_vocabulary, split_accents, unheard_words)
+from paraformer_asr.data.speech_corpus import (RareWordSet, hold_out_phrases, load_phrases, load_rare_words, load_text,
+                                               load_words, parse_accent_list, phrase_vocabulary, rare_word_set,
+                                               split_accents, unheard_words)
 from paraformer_asr.data.voices import (ENGINES, FESTIVAL_BATCH, Reading, Voice, espeak_command, flite_command,
                                         installed_voices, parse_engines, read_with_festival, run_engine,
                                         split_speakers)
@@ -100,7 +101,15 @@ def check_options(args) -> None:
         raise UserError("--words excludes --vocab and --phrases: the words are what is spoken")
     if args.words is not None and args.join != " ":
         raise UserError("--words transcribes the words joined by spaces: leave out --join")
-    speaks_phrases = args.phrases is not None or args.text is not None
+    if args.rare_words is not None:
+        others = [name for name, value in (("--phrases", args.phrases), ("--text", args.text), ("--words", args.words),
+                                           ("--vocab", args.vocab), ("--test-phrases", args.test_phrases))
+                  if value is not None] + (["--unheard-orders"] if args.unheard_orders else [])
+        if others:
+            raise UserError(f"--rare-words makes its own sentences: leave out {', '.join(others)}")
+    if args.rare_train_count < 1:
+        raise UserError(f"--rare-train-count must be >= 1, got {args.rare_train_count}")
+    speaks_phrases = args.phrases is not None or args.text is not None or args.rare_words is not None
     if args.unheard_orders and speaks_phrases:
         raise UserError("--unheard-orders draws token sequences, so it excludes --phrases and --text "
                         "(--test-phrases holds phrases out)")
@@ -184,7 +193,7 @@ def split_variants(
 
 def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[str]],
                     accents: dict[str, list[str]] | None = None, phrases: dict[str, list[str]] | None = None,
-                    voices: dict[str, list[Voice]] | None = None):
+                    voices: dict[str, list[Voice]] | None = None, scripted: dict[str, list[str]] | None = None):
     """Every utterance's text and synthesis settings, a pure function of (seed, split, index).
 
     variants: the espeak-ng variants of each split; voices: the flite and festival voices of each split
@@ -193,9 +202,11 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
     accents: the accents each split draws from (default: all of ACCENTS everywhere), spoken by espeak-ng's variants
     (drawn for every utterance, so that the draws after it do not depend on the engine); phrases: the phrases each
     split draws from (:func:`phrases_per_split`); each utterance speaks one, transcribed as itself, instead of the
-    vocabulary's tokens. Otherwise an utterance is --min-digits .. --max-digits tokens (a uniform count) drawn
-    uniformly with replacement; with ``args.unheard_orders`` a val or test draw whose transcript a training
-    utterance has is drawn again (training is planned first and is the same with or without it)."""
+    vocabulary's tokens; scripted: the sentence of every utterance of each split, by index (the rare-word corpus,
+    :func:`~paraformer_asr.data.speech_corpus.rare_word_set`), transcribed as itself. Otherwise an utterance is
+    --min-digits .. --max-digits tokens (a uniform count) drawn uniformly with replacement; with
+    ``args.unheard_orders`` a val or test draw whose transcript a training utterance has is drawn again (training is
+    planned first and is the same with or without it)."""
     tokens = sorted(vocabulary)
     accents = accents or {split: ACCENTS for split in SPLITS}
     plans = []
@@ -203,7 +214,9 @@ def plan_utterances(args, vocabulary: dict[str, str], variants: dict[str, list[s
     for split_index, (split, count) in enumerate(zip(SPLITS, (args.num_train, args.num_val, args.num_test))):
         for index in range(count):
             rng = np.random.default_rng(np.random.SeedSequence([args.seed, split_index, index]))
-            if phrases is None:
+            if scripted is not None:
+                spoken = text = scripted[split][index]
+            elif phrases is None:
                 for _ in range(UNHEARD_DRAWS):
                     length = int(rng.integers(args.min_digits, args.max_digits + 1))
                     chosen = [tokens[i] for i in rng.integers(0, len(tokens), size=length)]
@@ -348,14 +361,27 @@ def words_per_utterance(plans: list[UtterancePlan]) -> dict[str, int]:
     return {str(count): counts[count] for count in sorted(counts)}
 
 
-def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict] | None]) -> None:
+def write_manifest(path: Path, plans: list[UtterancePlan], words: list[list[dict] | None],
+                   hotwords: list[list[str]] | None = None) -> None:
+    """One JSON line per plan: audio, text, id, the voice, timed ``words`` when given, and with ``hotwords`` (the
+    rare-word corpus) the rare words each utterance speaks."""
     with path.open("w", encoding="utf-8") as handle:
-        for plan, timed in zip(plans, words):
+        for index, (plan, timed) in enumerate(zip(plans, words)):
             record = {"audio": plan.relative_path, "text": plan.text, "id": f"{plan.split}_{plan.index:06d}",
                       "accent": plan.accent, "speaker": plan.variant, "engine": plan.engine, "voice": plan.voice}
             if timed is not None:
                 record["words"] = timed
+            if hotwords is not None:
+                record["hotwords"] = hotwords[index]
             handle.write(json.dumps(record) + "\n")
+
+
+def rare_word_summary(args, rare: RareWordSet) -> dict:
+    """corpus.json's record of a rare-word corpus: the option, and every rare word with its distractor and its count
+    of training utterances."""
+    return {"rare_words": args.rare_words, "rare_train_count": args.rare_train_count,
+            "rare_word_list": [{"word": word, "distractor": rare.distractors[word], "heard_in_training": count}
+                               for word, count in rare.heard.items()]}
 
 
 def synthesise_task(task: list[UtterancePlan], args, scratch: Path) -> list[tuple[float, list[dict] | None]]:
@@ -385,7 +411,12 @@ def generate(args) -> dict:
     phrases = (load_text(args.text) if args.text is not None else
                load_phrases(args.phrases) if args.phrases is not None else None)
     per_split, held_out = phrases_per_split(phrases, args.test_phrases, args.seed)
-    plans = plan_utterances(args, vocabulary, variants, accents, per_split, voices)
+    rare = None
+    if args.rare_words is not None:
+        counts = {"train": args.num_train, "val": args.num_val, "test": args.num_test}
+        rare = rare_word_set(load_rare_words(args.rare_words), counts, args.rare_train_count, args.seed)
+    plans = plan_utterances(args, vocabulary, variants, accents, per_split, voices,
+                            rare.sentences if rare is not None else None)
     if held_out:
         check_test_words_heard(plans)
     for split in SPLITS:
@@ -408,7 +439,7 @@ def generate(args) -> dict:
     text_source = ({"phrases": args.phrases, "text": None if args.text is None else str(args.text),
                     "distinct_phrases": len(set(phrases)),
                     "distinct_words": len(phrase_vocabulary(phrases)), "test_phrases": held_out}
-                   if phrases is not None else
+                   if phrases is not None else rare_word_summary(args, rare) if rare is not None else
                    {"words": args.words, "vocabulary": vocabulary, "join": args.join, "transcript": args.transcript,
                     "min_tokens": args.min_digits, "max_tokens": args.max_digits,
                     "unheard_orders": args.unheard_orders})
@@ -420,7 +451,8 @@ def generate(args) -> dict:
         chosen = [(plan, duration) for plan, duration in zip(plans, durations) if plan.split == split]
         split_plans = [plan for plan, _ in chosen]
         write_manifest(args.out / f"{split}.jsonl", split_plans,
-                       [timed for plan, (_, timed) in zip(plans, results) if plan.split == split])
+                       [timed for plan, (_, timed) in zip(plans, results) if plan.split == split],
+                       rare.hotwords[split] if rare is not None else None)
         seconds = sum(duration for _, duration in chosen)
         summary["splits"][split] = {
             "utterances": len(chosen),
@@ -440,4 +472,6 @@ def generate(args) -> dict:
     summary["total_hours"] = round(sum(s["hours"] for s in summary["splits"].values()), 4)
     summary["example"] = asdict(plans[0])
     (args.out / "corpus.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if rare is not None:  # the list eval.py --hotwords reads: every rare word, one a line
+        (args.out / "hotwords.txt").write_text("".join(f"{word}\n" for word in rare.heard), encoding="utf-8")
     return summary

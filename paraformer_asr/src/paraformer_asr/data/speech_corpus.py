@@ -14,6 +14,14 @@ Held-out sentences: ``--test-phrases K`` (:func:`hold_out_phrases`) keeps K dist
 validation, each made only of words that the remaining phrases also speak; the test split speaks only those, so its
 sentences are unheard while every word of them is known (:func:`unheard_words` checks the drawn training utterances).
 
+Rare words (the hotword test set): ``--rare-words names`` speaks carrier sentences (:data:`RARE_CARRIERS`) with one
+slot, filled in training and validation with common words (:data:`COMMON_FILLERS`) and in the test split with rare
+words, 8 surnames and 8 technical terms (:data:`RARE_WORDS`), each paired with a common word that sounds alike (its
+distractor, heard often in training); ``--rare-words FILE`` reads ``rare<TAB>distractor`` lines instead. Half of the
+rare words (drawn from the seed) are spoken ``--rare-train-count`` times in training, the others never
+(:func:`rare_word_set`). Every manifest line lists the rare words it speaks in a field ``hotwords`` (eval.py's hotword
+recall and precision).
+
 Accents: an espeak-ng voice is an accent plus a speaker variant. Speaker variants are always split between train,
 val and test; accents are shared unless some are held out (:func:`split_accents`): an accent given for val or test
 is spoken only in that split, never in training, so a model is chosen and tested on accents it has not heard.
@@ -26,6 +34,7 @@ import itertools
 import re
 import unicodedata
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +238,96 @@ def phrase_vocabulary(phrases: list[str]) -> list[str]:
     """The distinct words of ``phrases``, sorted."""
     return sorted({word for phrase in phrases for word in phrase.split()})
 
+
+BUILT_IN_RARE_WORDS = "names"
+RARE_WORDS = [  # (rare word, a common word that sounds like it: its distractor)
+    ("brenner", "banner"), ("marlowe", "marrow"), ("kessler", "wrestler"), ("nolan", "nylon"),  # surnames
+    ("hadley", "badly"), ("bryce", "price"), ("fenwick", "fennel"), ("linden", "linen"),
+    ("lidar", "later"), ("quasar", "laser"), ("statin", "station"), ("zephyr", "shepherd"),  # technical terms
+    ("argon", "organ"), ("helix", "relics"), ("kiwano", "piano"), ("ferrite", "ferret"),
+]
+RARE_CARRIERS = [  # one slot each; together they speak every letter of the alphabet
+    "please call {} tomorrow morning", "i wrote {} on the board", "did you hear {} just now",
+    "we talked about {} at lunch", "send the file to {} today", "ask {} about the quiz",
+    "the jazz band played near {}", "my notes mention {} twice", "fix the box next to {}",
+    "give {} a very quick answer",
+]
+COMMON_FILLERS = [  # what fills the slot outside the test split (the distractors are added to them)
+    "the doctor", "my sister", "the printer", "the budget", "the weather", "coffee", "the garden", "the museum",
+    "paris", "london", "the teacher", "the report", "dinner", "the market", "your brother", "the library",
+]
+DISTRACTOR_SHARE = 4  # every 4th round of the test split over the rare words speaks their distractors
+
+
+def load_rare_words(spec: str) -> list[tuple[str, str | None]]:
+    """``names`` -> :data:`RARE_WORDS`; otherwise a UTF-8 file of ``rare<TAB>distractor`` lines (or ``rare`` alone,
+    no distractor; blank lines skipped; spacing normalised). DataError naming the file, or the line that holds more
+    than one tab, an empty word or a rare word twice."""
+    if spec == BUILT_IN_RARE_WORDS:
+        return list(RARE_WORDS)
+    path = Path(spec)
+    pairs: list[tuple[str, str | None]] = []
+    for number, line in enumerate(_text_lines(path, "rare-word", BUILT_IN_RARE_WORDS), start=1):
+        if not line.strip():
+            continue
+        fields = [normalise_phrase(field) for field in line.split("\t")]
+        if len(fields) > 2 or not all(fields):
+            raise DataError(f"rare-word file {path}, line {number}: give 'rare word<TAB>distractor' or 'rare word', "
+                            f"got {line.strip()!r}")
+        if fields[0] in (rare for rare, _ in pairs):
+            raise DataError(f"rare-word file {path}, line {number}: {fields[0]!r} is listed twice")
+        pairs.append((fields[0], fields[1] if len(fields) == 2 else None))
+    if not pairs:
+        raise DataError(f"rare-word file {path} holds no rare word (one 'rare word<TAB>distractor' per line)")
+    return pairs
+
+
+@dataclass
+class RareWordSet:
+    """The sentences of a rare-word corpus. sentences / hotwords: per split, per utterance index, the transcript and
+    the rare words it speaks; heard: every rare word's count of training utterances (0: never heard);
+    distractors: rare word -> its sound-alike (or None)."""
+
+    sentences: dict[str, list[str]]
+    hotwords: dict[str, list[list[str]]]
+    heard: dict[str, int]
+    distractors: dict[str, str | None]
+
+
+def rare_word_set(pairs: list[tuple[str, str | None]], counts: dict[str, int], train_count: int,
+                  seed: int) -> RareWordSet:
+    """The sentences of every split (``counts``: utterances per split), a pure function of ``seed``. Each sentence is
+    a carrier of :data:`RARE_CARRIERS` (drawn per utterance) with its slot filled. Training and validation fill it
+    with common words (:data:`COMMON_FILLERS` and the distractors); in training, half of the rare words (the first
+    half of an order drawn from the seed, rounded up) fill it ``train_count`` times each, at drawn places, and the
+    others never. The test split goes round the rare words in order: three rounds speak the rare words, every
+    :data:`DISTRACTOR_SHARE`-th their distractors (a rare word without one is spoken instead). DataError when
+    training is too small to hold the rare words' utterances or when a test sentence has a character no training
+    sentence has (a character model could not write it)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 13]))
+    rare = [word for word, _ in pairs]
+    chosen = {rare[int(i)] for i in rng.permutation(len(rare))[:(len(rare) + 1) // 2]}  # heard in training
+    heard = {word: train_count if word in chosen else 0 for word in rare}
+    placed = [word for word in rare for _ in range(heard[word])]
+    if len(placed) > counts["train"]:
+        raise DataError(f"--rare-train-count {train_count}: the rare words heard in training need {len(placed)} "
+                        f"training utterances; --num-train is {counts['train']}")
+    common = COMMON_FILLERS + sorted({distractor for _, distractor in pairs if distractor is not None})
+    slots = {"train": [common[int(i)] for i in rng.integers(0, len(common), size=counts["train"])],
+             "val": [common[int(i)] for i in rng.integers(0, len(common), size=counts["val"])]}
+    for index, word in zip(rng.choice(counts["train"], size=len(placed), replace=False), placed):
+        slots["train"][int(index)] = word
+    slots["test"] = []
+    for index in range(counts["test"]):
+        word, distractor = pairs[index % len(pairs)]
+        distracting = (index // len(pairs)) % DISTRACTOR_SHARE == DISTRACTOR_SHARE - 1 and distractor is not None
+        slots["test"].append(distractor if distracting else word)
+    sentences = {split: [RARE_CARRIERS[int(rng.integers(0, len(RARE_CARRIERS)))].format(filler) for filler in fillers]
+                 for split, fillers in slots.items()}
+    hotwords = {split: [[filler] if filler in heard else [] for filler in fillers] for split, fillers in slots.items()}
+    written = {char for text in sentences["train"] for char in text}
+    unwritable = sorted({char for text in sentences["test"] for char in text} - written)
+    if unwritable and counts["train"] > 0:
+        raise DataError(f"the rare-word test sentences use characters no training sentence has: "
+                        f"{' '.join(map(repr, unwritable))} (raise --num-train)")
+    return RareWordSet(sentences, hotwords, heard, dict(pairs))
