@@ -61,6 +61,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
         require_timestamps(model)
     model.eval()
     min_frames = MIN_INPUT_FRAMES[model.encoder.subsampling_factor]
+    hotwords = hotwords.to(device) if hotwords is not None else None  # once, not per batch
     transcripts: list[Transcript] = []
     seconds = 0.0
     for batch in batches:
