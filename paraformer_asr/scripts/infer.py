@@ -6,7 +6,7 @@
 
     python scripts/infer.py --backend onnx --checkpoint EXPORT_DIR a.wav   (an export of scripts/export.py)
 
-Decoding: --decode greedy|beam --beam-size K --lm-order N --lm-weight W, as eval.py.
+Decoding: --decode greedy|beam --beam-size K --lm-order N --lm-weight W --hotwords FILE --hotword-weight W, as eval.py.
 --with-ids prefixes each line with the input name and a tab. A run folder means its best.pt.
 --timestamps prints one JSON line per input instead: {"audio", "text", "tokens": [{"token", "start_ms", "end_ms"}],
 "words": [{"word", "start_ms", "end_ms"}]}, times from the CIF (Paraformer checkpoints only: the autoregressive
