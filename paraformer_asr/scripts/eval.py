@@ -1,7 +1,7 @@
 """Evaluate a checkpoint: python scripts/eval.py --checkpoint RUN_DIR_OR_CKPT [--out FILE.json]
     [--save-predictions FILE.jsonl] [--decode greedy|beam] [--beam-size K] [--lm-order N --lm-weight W]
     [--split val|test] [--manifest FILE.jsonl] [--group-by KEY] [--backend torch|onnx] [--num-threads N]
-    [--hotwords FILE [--hotword-weight W]]
+    [--hotwords FILE [--hotword-weight W]] [--chunk-ms MS [--two-pass | --no-two-pass]]
 
 Prints (and with --out writes) JSON: cer, wer, token_accuracy, sequence_accuracy, length_accuracy,
 count_error_mean (mean predicted - reference token count), num_utterances, rtf (decoding seconds per second of
@@ -23,6 +23,14 @@ A run folder means its checkpoints/best.pt; with --backend onnx, --checkpoint is
 (scripts/export.py). Toy checkpoints are evaluated on their toy split;
 --manifest evaluates any JSON Lines manifest with an audio-trained checkpoint.
 
+Streaming: --chunk-ms MS scores what a stream with that chunk gives (a CIF Paraformer; docs/usage.md, "Streaming"):
+the encoder attends within chunks of MS (rounded to encoder frames; 0: full context) with the checkpoint's look-back
+and look-ahead, decoded greedily in batches. Its transcripts are a StreamingRecognizer's at that chunk (the masked
+pass is what a stream computes piece by piece), so the figures are the streaming accuracy without decoding one
+utterance at a time. --two-pass scores the two-pass final instead, which is the full-context pass over each
+utterance (the same figures as --chunk-ms 0); its default is the checkpoint's model.streaming.two_pass. The scores
+add "stream": {"chunk_ms", "chunk_frames", "two_pass"}.
+
 Long recordings: when a manifest has a recording longer than --chunk-seconds (or with --long-form), every
 recording is decoded on its own, window by window (decode/longform.py; options under "long recordings"), and the
 scores gain "long_form": true and "windows"; rtf then counts reading, features and decoding.
@@ -36,8 +44,11 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import add_backend_arguments, parse_decoding_arguments, run_main, window_progress
+from paraformer_asr.decode.options import DecodingOptions
+from paraformer_asr.decode.streaming import chunk_frames, use_decode_chunk
+from paraformer_asr.decode.timestamps import frame_clock
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.inference import default_split, load_model
+from paraformer_asr.inference import LoadedModel, default_split, load_model
 from paraformer_asr.training.evaluation import evaluate_checkpoint
 
 
@@ -53,15 +64,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--long-form", action="store_true",
                         help="decode every recording window by window, even the short ones")
+    parser.add_argument("--chunk-ms", type=float, default=None,
+                        help="score a stream's transcripts: the encoder in chunks of this many ms (0: full "
+                             "context), greedy")
+    parser.add_argument("--two-pass", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --chunk-ms: score the two-pass final, a full-context pass (default: the "
+                             "checkpoint's model.streaming.two_pass)")
     args, options, decoding = parse_decoding_arguments(parser, argv)
     if args.batch_size < 1:
         raise ConfigError("--batch-size must be >= 1")
+    if args.chunk_ms is not None:
+        decoding = stream_decoding(decoding)
+    elif args.two_pass is not None:
+        raise ConfigError("--two-pass scores a stream's final: give --chunk-ms too")
 
     loaded, device = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
+    stream = None if args.chunk_ms is None else use_stream_chunk(loaded, args.chunk_ms, args.two_pass)
     split = args.split or default_split(loaded)
     result, predictions = evaluate_checkpoint(loaded, device, split, args.manifest, options, decoding,
                                               args.batch_size, args.long_form, progress=window_progress(),
                                               group_by=args.group_by)
+    if stream is not None:
+        result["stream"] = stream
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -73,6 +97,24 @@ def main(argv: list[str] | None = None) -> int:
                 handle.write(json.dumps(line) + "\n")
     print(text)
     return 0
+
+
+def stream_decoding(decoding: DecodingOptions) -> DecodingOptions:
+    """--chunk-ms: a stream decodes greedily; ConfigError when search options were given."""
+    if decoding != DecodingOptions(method="greedy" if decoding.method == "greedy" else None):
+        raise ConfigError("--chunk-ms scores a stream, which decodes greedily: drop the search options (--decode "
+                          "beam, --beam-size, the LM, length candidates, CTC scores, hotwords)")
+    return DecodingOptions(method="greedy", beam_size=1, lm_order=0, lm_weight=0.0, length_candidates=0,
+                           count_prior=0.0, ctc_score_weight=0.0)  # not the checkpoint's decode section
+
+
+def use_stream_chunk(loaded: LoadedModel, chunk_ms: float, two_pass: bool | None) -> dict:
+    """The model's encoder set to the chunk the stream's final comes from (full context with two-pass) -> what the
+    scores add under "stream"."""
+    chunk = chunk_frames(chunk_ms, frame_clock(loaded.cfg))
+    two_pass = loaded.cfg.model.streaming.two_pass if two_pass is None else two_pass
+    use_decode_chunk(loaded.model, 0 if two_pass else chunk)
+    return {"chunk_ms": chunk_ms, "chunk_frames": chunk, "two_pass": two_pass}
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """Serve a trained checkpoint over HTTP: python scripts/serve.py --checkpoint CKPT [--host 127.0.0.1] [--port 8000]
     [--max-batch-size 8] [--max-wait-ms 5] [--max-audio-seconds 3600] [--max-upload-mb 128] [--device auto]
     [--long-yield-ms 200] [--max-long-recordings 4] [long-recording options: --chunk-seconds 20 --segment pauses ...]
+    [--max-streams 16] [--max-stream-seconds 600]
     [--backend torch|onnx] [--num-threads N] [decoding options, as eval.py: --decode beam --beam-size 4 --lm-order 3
     --hotwords FILE --hotword-weight W]
 
 POST /transcribe (multipart form, audio file in field 'file', optionally a hotword list in field 'hotwords', one
 phrase a line, added to --hotwords' list) -> {"text", "duration_s", "rtf", "words"}; GET /health;
-docs at /docs. Concurrent short requests are decoded together: the batcher waits at most --max-wait-ms to fill a
+docs at /docs. WebSocket /stream: 16-bit PCM in, partial and final transcripts out, at most --max-streams at once,
+each up to --max-stream-seconds of audio (docs/usage.md, "Streaming"); GET / serves a page that streams the
+microphone or a file to it. Concurrent short requests are decoded together: the batcher waits at most --max-wait-ms to fill a
 batch of up to --max-batch-size. Audio longer than --chunk-seconds is decoded window by window on its own lane,
 which yields to short requests between window batches (at most --long-yield-ms each time). Needs the optional
 extra: pip install -e .[serve]. A run folder means its best.pt. The checkpoint must be trained on audio (data.kind:
@@ -24,7 +27,7 @@ from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import load_model
 from paraformer_asr.serving.settings import ServeSettings
 
-SERVE_MODULES = ("fastapi", "uvicorn", "python_multipart")
+SERVE_MODULES = ("fastapi", "uvicorn", "python_multipart", "websockets")
 
 
 def check_serve_extra() -> None:
@@ -48,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest wait of the long-recording lane for idle short requests, per window batch")
     parser.add_argument("--max-long-recordings", type=int, default=4,
                         help="long recordings queued or being decoded at once; more get 503")
+    parser.add_argument("--max-streams", type=int, default=16,
+                        help="WebSocket streams (/stream) open at once; more are refused (close code 1013)")
+    parser.add_argument("--max-stream-seconds", type=float, default=600.0,
+                        help="the most audio one stream may send (close code 1009 past it)")
     args, options, decoding = parse_decoding_arguments(parser, argv)
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be in [0, 65535], got {args.port}")
@@ -62,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = ServeSettings(max_upload_bytes=int(args.max_upload_mb * 1024 * 1024),
                              max_audio_seconds=args.max_audio_seconds, max_batch_size=args.max_batch_size,
                              max_wait_ms=args.max_wait_ms, long_form=options, long_yield_ms=args.long_yield_ms,
-                             max_long_recordings=args.max_long_recordings, decoding=decoding)
+                             max_long_recordings=args.max_long_recordings, decoding=decoding,
+                             max_streams=args.max_streams, max_stream_seconds=args.max_stream_seconds)
     loaded, _ = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
     app = create_app(loaded, settings)
     print(f"serving {loaded.path} on http://{args.host}:{args.port} (API docs at /docs)", flush=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import paraformer_asr.data.resample as resample_module
-from paraformer_asr.data.resample import resample
+from paraformer_asr.data.resample import StreamingResampler, resample
 
 
 def tone(frequency: float, rate: int, seconds: float = 0.5) -> torch.Tensor:
@@ -111,3 +111,21 @@ def test_invalid_rates_rejected():
         resample(torch.zeros(10), 0, 16000)
     with pytest.raises(ValueError, match="new_sample_rate"):
         resample(torch.zeros(10), 16000, 16000.5)
+
+
+@pytest.mark.parametrize("orig, new", [(44100, 16000), (48000, 16000), (8000, 16000), (22050, 16000),
+                                       (16001, 16000), (16000, 16000)])
+def test_streaming_resampler_equals_resampling_the_whole_signal(orig, new):
+    """Pieces of every size (one sample, under and over a period of the reduced ratio) give the whole signal's
+    samples; 16001 -> 16000 takes the gather path."""
+    signal = torch.randn(9000, generator=torch.Generator().manual_seed(orig))
+    stream, outputs, start = StreamingResampler(orig, new), [], 0
+    for size in (1, 7, 480, 3000, 13, 2205, 160) * 3:
+        outputs.append(stream.accept(signal[start:start + size]))
+        start += size
+    outputs += [stream.accept(signal[start:]), stream.finish()]
+    torch.testing.assert_close(torch.cat(outputs), resample(signal, orig, new), atol=2e-6, rtol=0)
+    if orig != new:
+        assert outputs[1].numel() == 0  # 8 samples in: nothing complete yet
+        assert stream.buffer.numel() < 2 * (stream.reach + stream.down)  # only the kernel's reach is kept
+

@@ -152,14 +152,14 @@ def test_a_failing_batch_is_decoded_one_by_one_and_only_the_faulty_request_gets_
     one_batch = replace(SETTINGS, max_wait_ms=5000.0)  # the batch fills up (8 requests) long before the deadline
     with PackageLog() as warnings, served(create_app(loaded, one_batch), WAIT_S) as url:
         before = health(url)
-        assert before["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 0}
+        assert before["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 0, "streams": 0}
         answers = post_concurrently(url, [(data, "audio.wav") for data in goods[:4] + [poison] + goods[4:]])
         after = health(url)
     statuses = [status for status, _ in answers]
     assert statuses == [200] * 4 + [500] + [200] * 3, answers
     assert [answer["text"] for _, answer in answers[:4] + answers[5:]] == expected
     assert answers[4][1]["detail"] == "the server failed to decode this upload (RuntimeError); the error was logged"
-    assert after["failures"] == {"short_requests": 1, "split_batches": 1, "long_recordings": 0}
+    assert after["failures"] == {"short_requests": 1, "split_batches": 1, "long_recordings": 0, "streams": 0}
     assert after["batching"]["batch_size_counts"] == {"1": 7}  # the failed batch of 8 is not counted as decoded
     assert any("a batch of 8 requests failed" in message for message in warnings.messages), warnings.messages
     assert any("the decoder failed on this utterance" in message for message in warnings.messages)
@@ -192,7 +192,7 @@ def test_the_long_recording_lane_answers_bad_samples_400_and_a_fault_500_alone(l
     assert [status for status, _ in answers] == [400, 200, 500, 200], answers
     assert "NaN or Inf" in answers[0][1]["detail"]
     assert answers[1][1]["text"] == decoded_alone(loaded, short)[1]
-    assert after["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 1}
+    assert after["failures"] == {"short_requests": 0, "split_batches": 0, "long_recordings": 1, "streams": 0}
     assert after["long_form"]["recordings"] == 1
 
 

@@ -22,6 +22,7 @@ times faster, treat its samples as recorded at ``round(sample_rate * factor)`` H
 Resampling a long recording block by block (decode/longform.py) gives the same samples as resampling it whole when
 each block starts at an input sample that is a multiple of ``down`` (its outputs then fall on the whole signal's
 output grid) and carries ``resample_reach`` extra input samples on each side (the kernel's reach).
+:class:`StreamingResampler` does the same for a signal that arrives in pieces (the service's ``/stream``).
 
 Contracts:
     resample(waveform [..., N], orig_sample_rate, new_sample_rate) -> [..., ceil(N * new / orig)]
@@ -29,6 +30,8 @@ Contracts:
     rate_ratio(orig_sample_rate, new_sample_rate)                  -> (up, down), the reduced new / orig
     resample_reach(orig_sample_rate, new_sample_rate)              -> input samples on each side of an output's
                                                                       position that weigh on it (0 for equal rates)
+    StreamingResampler(orig_sample_rate, new_sample_rate).accept(samples [n]) -> the output samples [m] they
+        complete; .finish() -> the rest; all outputs together equal resample(whole signal) (to float rounding)
 """
 
 from __future__ import annotations
@@ -98,6 +101,55 @@ def speed_perturb(waveform: torch.Tensor, sample_rate: int, factor: float) -> to
         raise ValueError(f"speed factor must be in (0, 2], got {factor}")
     played_at = round(sample_rate * factor)
     return resample(waveform, played_at, sample_rate)
+
+
+class StreamingResampler:
+    """``resample`` of a signal that arrives in pieces.
+
+    Output j needs the inputs within ``resample_reach`` of its position j * down / up. :meth:`accept` gives the
+    outputs whose inputs have all arrived, in whole periods of ``up`` outputs, so that the next block starts at an
+    input sample that is a multiple of ``down`` (on the whole signal's output grid); it resamples only the inputs
+    from a whole period of reach before that block on (the module docstring's block rule), and keeps those for the
+    next call. :meth:`finish` gives the rest, the end zero-padded as :func:`resample` pads it.
+    """
+
+    def __init__(self, orig_sample_rate: int, new_sample_rate: int):
+        self.up, self.down = rate_ratio(orig_sample_rate, new_sample_rate)
+        self.orig_sample_rate, self.new_sample_rate = orig_sample_rate, new_sample_rate
+        self.reach = -(-resample_reach(orig_sample_rate, new_sample_rate) // self.down) * self.down  # whole periods
+        self.buffer = torch.zeros(0)  # [n] input samples from input index `first` on
+        self.first = 0  # a multiple of down
+        self.received = 0  # input samples so far
+        self.emitted = 0  # output samples given so far (a multiple of up until finish)
+
+    def accept(self, samples: torch.Tensor) -> torch.Tensor:
+        """samples [n] (the next input samples) -> the output samples [m] they complete."""
+        if samples.dim() != 1:
+            raise ValueError(f"StreamingResampler expects samples [n], got shape {tuple(samples.shape)}")
+        if self.up == self.down:
+            return samples
+        self.buffer = torch.cat([self.buffer, samples.to(self.buffer.dtype)])
+        self.received += samples.numel()
+        complete = max(0, (self.received - self.reach) * self.up // self.down)  # outputs whose inputs are all here
+        return self._emit(complete // self.up * self.up)
+
+    def finish(self) -> torch.Tensor:
+        """The end of the signal -> the output samples still pending."""
+        if self.up == self.down:
+            return torch.zeros(0)  # accept gave every sample as it came
+        return self._emit(-(-self.received * self.up // self.down))  # resample's ceil(N * up / down) in all
+
+    def _emit(self, end: int) -> torch.Tensor:
+        """Outputs [emitted, end) -> [end - emitted]; the inputs no later output reads are dropped."""
+        if end <= self.emitted:
+            return self.buffer.new_zeros(0)
+        offset = self.first * self.up // self.down  # output index of the buffer's first sample
+        outputs = resample(self.buffer, self.orig_sample_rate, self.new_sample_rate)[self.emitted - offset:end - offset]
+        self.emitted = end
+        keep_from = max(0, end // self.up * self.down - self.reach)  # a multiple of down
+        self.buffer = self.buffer[keep_from - self.first:]
+        self.first = keep_from
+        return outputs
 
 
 def _resample_polyphase(

@@ -204,6 +204,13 @@ class CifStream:
         self.window = like.new_zeros((0, model.cfg.d_model))  # [L, D] context frames, then frames not yet scored
         self.context = 0  # frames at the window's start already integrated (the convolution's left context)
         self.carry = CifCarry.start(model.cfg.d_model, like)
+        self.scored: list[torch.Tensor] = []  # the integrated alphas [t] of every frame scored so far, piece by piece
+
+    @property
+    def alphas(self) -> torch.Tensor:
+        """The integrated alphas [T] of the frames scored so far (every frame once the stream is final): the
+        calibrated alphas of ``Paraformer.cif_alphas`` over the whole utterance, what token times are read from."""
+        return torch.cat(self.scored) if self.scored else self.window.new_zeros(0)
 
     def push(self, frames: torch.Tensor, final: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """frames [T, D] (the next encoder frames); ``final``: the utterance ends after them (the tail rule applies)
@@ -217,6 +224,7 @@ class CifStream:
             _, alphas = self.model.cif_alphas(window.unsqueeze(0), mask)  # [1, L] calibrated, threshold units
             embeddings, fires, self.carry = integrate_chunk(self.carry, window[self.context:end],
                                                             alphas[0, self.context:end])
+            self.scored.append(alphas[0, self.context:end])
             start = max(0, end - self.reach)
             window, self.context = window[start:], end - start
         self.window = window

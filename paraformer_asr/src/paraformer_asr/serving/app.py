@@ -4,6 +4,9 @@
                        field ``hotwords`` -> {"text", "duration_s", "rtf", "words"}
     GET  /health       model type, checkpoint, device, uptime, limits, batching statistics, failure counters
     GET  /docs         OpenAPI (Swagger) page; the schema itself is at /openapi.json
+    WS   /stream       streaming recognition: 16-bit PCM frames in, JSON partial and final transcripts out
+                       (serving/streams.py, its protocol and close codes there)
+    GET  /             a page that streams the microphone or a file to /stream and shows the transcript
 
 ``words`` lists the recognised words with their CIF times, ``[{"word", "start_ms", "end_ms"}]`` (null for an
 autoregressive-baseline checkpoint, which has no CIF). ``rtf`` is the request's processing time on the server (feature
@@ -40,10 +43,10 @@ from typing import BinaryIO
 from contextlib import asynccontextmanager
 
 import torch
-from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel
 
 from paraformer_asr import __version__
@@ -54,6 +57,7 @@ from paraformer_asr.inference import LoadedModel, features_from_waveform, model_
 from paraformer_asr.serving.batcher import BatcherClosed, GreedyTranscriber, MicroBatcher
 from paraformer_asr.serving.long_lane import LaneFull, LongFormLane
 from paraformer_asr.serving.settings import ServeSettings
+from paraformer_asr.serving.streams import StreamHub, index_page, serve_stream, stream_defaults
 
 UPLOAD_FIELD = "file"
 UPLOAD_NAME = "uploaded file"  # how error messages name the upload
@@ -86,6 +90,7 @@ class Health(BaseModel):
     limits: dict
     batching: dict
     long_form: dict
+    streams: dict
     failures: dict
 
 
@@ -105,6 +110,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
                            settings.max_wait_ms)
     lane = LongFormLane(loaded_model, device, settings.long_form, batcher, settings.long_yield_ms,
                         settings.max_long_recordings, search=search)
+    streams = StreamHub(settings.max_streams, stream_defaults(loaded_model))
     started = time.monotonic()
 
     @asynccontextmanager
@@ -116,6 +122,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
         finally:
             await run_in_threadpool(lane.close)
             await run_in_threadpool(batcher.close)
+            await run_in_threadpool(streams.close)
 
     app = FastAPI(title="paraformer_asr speech recognition", version=__version__, lifespan=lifespan,
                   description="Transcribe audio uploads with a Paraformer checkpoint; concurrent requests are "
@@ -124,6 +131,7 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _missing_upload_answer)
     app.state.batcher = batcher
     app.state.long_form_lane = lane
+    app.state.streams = streams
 
     errors = {code: {"model": ErrorBody} for code in (400, 413, 422, 500, 503)}
 
@@ -165,13 +173,21 @@ def create_app(loaded_model: LoadedModel, settings: ServeSettings) -> FastAPI:
 
     @app.get("/health", response_model=Health)
     def health() -> Health:
-        batching, long_form = batcher.stats(), lane.stats()
+        batching, long_form, streaming = batcher.stats(), lane.stats(), streams.stats()
         failures = {"short_requests": batching["isolated_failures"], "split_batches": batching["split_batches"],
-                    "long_recordings": long_form["failures"]}
+                    "long_recordings": long_form["failures"], "streams": streaming["failures"]}
         return Health(status="ok", model_type=loaded_model.cfg.model.type, checkpoint=str(loaded_model.path),
                       device=str(device), uptime_s=time.monotonic() - started,
                       sample_rate=loaded_model.cfg.data.sample_rate, limits=settings.to_dict(),
-                      batching=batching, long_form=long_form, failures=failures)
+                      batching=batching, long_form=long_form, streams=streaming, failures=failures)
+
+    @app.websocket("/stream")
+    async def stream(websocket: WebSocket) -> None:
+        await serve_stream(websocket, loaded_model, settings, streams)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(index_page())
 
     return app
 

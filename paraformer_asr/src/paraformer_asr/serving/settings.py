@@ -24,7 +24,11 @@ class ServeSettings:
     max_long_recordings: long recordings queued or being decoded at once; more are refused with 503.
     decoding: how every request is decoded (decode/options.py; greedy by default), its hotword list included.
     max_hotword_bytes, max_hotwords: the largest ``hotwords`` form field a request may send (UTF-8 bytes), and the most
-    phrases it may list (its list is added to the server's)."""
+    phrases it may list (its list is added to the server's).
+    max_streams: WebSocket streams (/stream) open at once; more are refused (close code 1013). Their model work runs
+    on as many worker threads.
+    max_stream_seconds: the most audio one stream may send, in seconds (close code 1009 past it).
+    stream_idle_seconds: a stream that sends no message for this long is closed (1008)."""
 
     max_upload_bytes: int = 128 * MIB
     max_audio_seconds: float = 3600.0
@@ -36,6 +40,9 @@ class ServeSettings:
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
     max_hotword_bytes: int = 64 * 1024
     max_hotwords: int = 1000
+    max_streams: int = 16
+    max_stream_seconds: float = 600.0
+    stream_idle_seconds: float = 30.0
 
     def __post_init__(self) -> None:
         _require_int(self.max_upload_bytes, "max_upload_bytes", minimum=1)
@@ -43,6 +50,9 @@ class ServeSettings:
         _require_int(self.max_long_recordings, "max_long_recordings", minimum=1)
         _require_int(self.max_hotword_bytes, "max_hotword_bytes", minimum=1)
         _require_int(self.max_hotwords, "max_hotwords", minimum=1)
+        _require_int(self.max_streams, "max_streams", minimum=1)
+        _require_number(self.max_stream_seconds, "max_stream_seconds", positive=True)
+        _require_number(self.stream_idle_seconds, "stream_idle_seconds", positive=True)
         _require_number(self.max_audio_seconds, "max_audio_seconds", positive=True)
         _require_number(self.max_wait_ms, "max_wait_ms", positive=False)
         _require_number(self.long_yield_ms, "long_yield_ms", positive=False)
