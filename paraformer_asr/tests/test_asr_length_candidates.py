@@ -288,13 +288,13 @@ def test_unset_options_come_from_the_checkpoint_config_and_flags_override_them()
                                                    "decode.lm_weight=1.0", "decode.length_candidates=3",
                                                    "decode.count_prior=0.3", "decode.ctc_score_weight=0.5",
                                                    "model.ctc_weight=0.3"]).decode
-    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5)
+    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5, False)
     assert DecodingOptions(beam_size=2, ctc_score_weight=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 3,
-                                                                                                0.3, 0)
+                                                                                                0.3, 0, False)
     # greedy decoding drops the config's LM (it belongs to the beam search) but keeps its length candidates
-    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3, 0.5)
+    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3, 0.5, False)
     plain = config_from_dict(tiny_raw_config()).decode
-    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0)
+    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0, False)
     with pytest.raises(ConfigError, match="an LM needs --decode beam"):
         DecodingOptions(lm_order=3).resolve(plain)
 

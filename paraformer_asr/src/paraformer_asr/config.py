@@ -265,6 +265,7 @@ class DecodeConfig:
     # ... plus ctc_score_weight x each hypothesis's CTC log-likelihood per token (a model with a CTC head; 0: none;
     # the autoregressive baseline ranks its beams again with it)
     ctc_score_weight: float = 0.0
+    lexicon: bool = False  # Paraformer: only sentences of the training transcripts' words (decode/lexicon.py)
     # at the end of training, choose method, lm_weight, length_candidates, count_prior and ctc_score_weight on the
     # validation set
     # (training/tuning.py) and store the choice in best.pt

@@ -241,13 +241,16 @@ class ArDecoding:
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int,
                     length_penalty: float = 1.0, max_length_ratio: float = 1.0, lm=None, lm_weight: float = 0.0,
-                    ctc_score_weight: float = 0.0,
-                    hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
+                    lexicon=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (length-normalised log-probs, best first; -inf for
         beams that do not exist), lengths [B, beam] (tokens without eos). ``hotwords``: biased toward its phrases
-        (:func:`ar_beam_search`). ``ctc_score_weight`` w > 0 (a model with a CTC head): the finished beams are ranked
+        (:func:`ar_beam_search`). A ``lexicon`` is a ValueError: the lexicon constraint (decode/lexicon.py) is the
+        Paraformer's, whose counted positions can spell words that do not exist; this decoder learns the words. ``ctc_score_weight`` w > 0 (a model with a CTC head): the finished beams are ranked
         again by score + w x their CTC log-likelihood per token (models/ctc.py, ``ctc_rescored``), which the scores
         then are."""
+        if lexicon is not None:
+            raise ValueError("the autoregressive baseline does not decode with a lexicon (a Paraformer's option)")
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
         tokens, scores, lengths = ar_beam_search(self, encoder_out, enc_mask, beam_size, length_penalty,
                                                  max_length_ratio, lm, lm_weight, hotwords)

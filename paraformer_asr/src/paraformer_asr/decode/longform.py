@@ -128,6 +128,7 @@ from paraformer_asr.data.resample import rate_ratio, resample_reach
 from paraformer_asr.data.setup import make_frontend
 from paraformer_asr.data.tokenizer import WORD_START, Tokenizer
 from paraformer_asr.decode.hotwords import HotwordTrie
+from paraformer_asr.decode.lexicon import LexiconAutomaton
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.timestamps import frame_clock, group_words, token_entries, word_times
 from paraformer_asr.errors import ConfigError, DataError
@@ -558,7 +559,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                     start_s: float | None = None, end_s: float | None = None, method: str = "greedy",
                     beam_size: int = 4, lm=None, lm_weight: float = 0.0, length_candidates: int = 0,
                     count_prior: float = 0.0, ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                    progress: Callable[[int, int], None] | None = None,
+                    lexicon: LexiconAutomaton | None = None, progress: Callable[[int, int], None] | None = None,
                     pause: Callable[[], None] | None = None) -> LongTranscript:
     """Transcribe an audio file or file object (or its segment [start_s, end_s)) window by window.
 
@@ -568,7 +569,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
     decoded together too, in rounds, and kept together where that scores better (:func:`judge_pauses`).
     ``progress(done, total)`` is called after each batch: windows decoded, and the decodes planned so far plus one
     for the stitching (the last call, after it, has done == total); ``pause()`` before each batch (the service's
-    long-recording lane yields there to short requests). The search options (``method`` .. ``hotwords``) are
+    long-recording lane yields there to short requests). The search options (``method`` .. ``lexicon``) are
     :func:`transcribe_batches`'.
     """
     started = time.perf_counter()
@@ -619,7 +620,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                                   "duration_s": waveform.numel() / rate})
                 transcripts, seconds = transcribe_batches(loaded.model, [collate(items)], device, method, beam_size,
                                                           lm, lm_weight, clock, length_candidates, count_prior,
-                                                          ctc_score_weight, hotwords)
+                                                          ctc_score_weight, hotwords, lexicon)
                 decode_seconds += seconds
                 for span, window, transcript in zip(spans_now, batch, transcripts):
                     decoded[span] = decoded_window(window, transcript, loaded.tokenizer, rate, by_words)

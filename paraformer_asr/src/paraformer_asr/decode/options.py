@@ -8,12 +8,14 @@ request's, never a checkpoint's.
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass, fields, replace
 
 from paraformer_asr.config import DECODE_METHODS, DecodeConfig, ModelConfig, ctc_score_missing
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.hotwords import DEFAULT_HOTWORD_WEIGHT, Hotword, HotwordTrie, read_hotwords
+from paraformer_asr.decode.lexicon import LexiconAutomaton, lexicon_words
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 
@@ -28,7 +30,9 @@ class DecodingOptions:
     extractor's own (a Paraformer: the CIF's count +- 1..k, or the CTC extractor's greedy path under k blank offsets
     either way) and keeps the candidate with the best score per token, less count_prior x its distance to the
     extractor's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
-    autoregressive baseline's beams are ranked again with it). None: the checkpoint's ``decode`` section
+    autoregressive baseline's beams are ranked again with it); lexicon: a Paraformer's hypotheses are sentences of the
+    words of its training transcripts where one of the counted length exists (decode/lexicon.py; greedy becomes beam
+    1 constrained). None: the checkpoint's ``decode`` section
     (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
     biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus per unit of a phrase listed
     without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it).
@@ -41,6 +45,7 @@ class DecodingOptions:
     length_candidates: int | None = None
     count_prior: float | None = None
     ctc_score_weight: float | None = None
+    lexicon: bool | None = None
     hotwords: tuple[Hotword, ...] | None = None
     hotword_weight: float = DEFAULT_HOTWORD_WEIGHT
 
@@ -81,9 +86,10 @@ class DecodingOptions:
     def search_arguments(self, loaded) -> dict:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
-        without an LM), length_candidates, count_prior, ctc_score_weight and hotwords (the list's HotwordTrie over the
-        model's units, None without a list or with an empty one); ConfigError when the model cannot decode that way
-        (or a phrase has characters its units cannot write)."""
+        without an LM), length_candidates, count_prior, ctc_score_weight, hotwords (the list's HotwordTrie over the
+        model's units, None without a list or with an empty one) and lexicon (the LexiconAutomaton of its training
+        transcripts' words, or None); ConfigError when the model cannot decode that way (or a phrase has characters
+        its units cannot write)."""
         options = self.resolve(loaded.cfg.decode)
         if options.length_candidates > 0 and loaded.cfg.model.type != "paraformer":
             raise ConfigError(f"--length-candidates needs a Paraformer (this checkpoint: {loaded.cfg.model.type}); "
@@ -94,15 +100,22 @@ class DecodingOptions:
         if options.lm_order > 0:
             lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
         hotwords = HotwordTrie.build(options.hotwords, loaded.tokenizer) if options.hotwords else None
+        lexicon = None
+        if options.lexicon:
+            if loaded.cfg.model.type != "paraformer":
+                raise ConfigError(f"--lexicon needs a Paraformer (this checkpoint: {loaded.cfg.model.type}, whose "
+                                  "decoder learns the training words itself); use --no-lexicon")
+            lexicon = LexiconAutomaton.build(lexicon_words(training_transcripts(loaded.cfg)), loaded.tokenizer)
         return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
                 "lm_weight": options.lm_weight if lm is not None else 0.0,
                 "length_candidates": options.length_candidates, "count_prior": options.count_prior,
-                "ctc_score_weight": options.ctc_score_weight, "hotwords": hotwords}
+                "ctc_score_weight": options.ctc_score_weight, "hotwords": hotwords, "lexicon": lexicon}
 
 
 def add_decoding_arguments(parser) -> None:
     """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior, --ctc-score-weight (see
-    :class:`DecodingOptions`), each defaulting to the checkpoint's ``decode`` config section; --hotwords,
+    :class:`DecodingOptions`), --lexicon / --no-lexicon, each defaulting to the checkpoint's ``decode`` config
+    section; --hotwords,
     --hotword-weight."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
@@ -123,6 +136,11 @@ def add_decoding_arguments(parser) -> None:
                        help="a model trained with a CTC head: add this times each hypothesis's CTC log-likelihood per "
                             "token to its score, over the length candidates (Paraformer) or the beams "
                             "(autoregressive baseline) (0 = none)")
+    group.add_argument("--lexicon", action=argparse.BooleanOptionalAction, default=None,
+                       help="Paraformer: only sentences of the words of the checkpoint's training transcripts, where "
+                            "one with the counted number of units exists (closed vocabularies: a count one off can "
+                            "no longer spell a word that does not exist; words outside the training transcripts can "
+                            "no longer be written); greedy decoding becomes beam 1 constrained")
     group.add_argument("--hotwords", metavar="FILE", default=None,
                        help="bias the search toward the phrases of this file (names, terms; one a line, "
                             "phrase<TAB>weight for a weight of its own, # comments): each unit of a phrase earns a "
@@ -146,7 +164,7 @@ def decoding_options(args) -> DecodingOptions:
     options = DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
                               lm_weight=args.lm_weight, length_candidates=args.length_candidates,
                               count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight,
-                              hotword_weight=args.hotword_weight)
+                              lexicon=args.lexicon, hotword_weight=args.hotword_weight)
     if args.hotwords is None:
         return options
     return replace(options, hotwords=read_hotwords(args.hotwords, args.hotword_weight))

@@ -14,6 +14,7 @@ import torch
 from paraformer_asr.checks import check_finite
 from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.hotwords import HotwordScorer, HotwordTrie, biasing
+from paraformer_asr.decode.lexicon import LexiconAutomaton, LexiconScorer, SummedScorer
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
 from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.models.cif import CifOutput, cif_integrate, inference_token_count, scale_to_counts
@@ -73,24 +74,25 @@ class ParaformerDecoding:
     @torch.no_grad()
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
-                       ctc_score_weight: float = 0.0,
-                       hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
+                       ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
+                       lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
         """The best hypothesis and the extraction it came from (for :meth:`token_spans`): :meth:`decode_scored`
         without the scores. -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
         return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
-                                  ctc_score_weight, hotwords)[:3]
+                                  ctc_score_weight, hotwords, lexicon)[:3]
 
     @torch.no_grad()
     def decode_scored(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
-                      ctc_score_weight: float = 0.0,
-                      hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
-                                                                    torch.Tensor]:
+                      ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
+                      lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
+                                                                        torch.Tensor]:
         """The best hypothesis, the extraction it came from, and its score per token.
 
-        beam_size 1 without an LM or hotwords is greedy; otherwise :meth:`beam_search`'s best beam (with
+        beam_size 1 without an LM, hotwords or a lexicon is greedy; otherwise :meth:`beam_search`'s best beam (with
         ``hotwords``, a non-empty HotwordTrie, biased toward its phrases: decode/hotwords.py; greedy with hotwords is
-        beam 1 with biasing). ``length_candidates`` k > 0:
+        beam 1 with biasing; with a ``lexicon``, only sentences of its words: decode/lexicon.py, greedy being beam 1
+        constrained). ``length_candidates`` k > 0:
         :meth:`decode_length_candidates` with spread k, ``count_prior`` and ``ctc_score_weight``. The score is the
         hypothesis's decoder log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at
         least 1), with candidates less the count prior's term and plus the CTC term: what the length candidates are
@@ -99,29 +101,32 @@ class ParaformerDecoding:
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
         if length_candidates > 0:
             return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
-                                                 count_prior, ctc_score_weight, hotwords)
+                                                 count_prior, ctc_score_weight, hotwords, lexicon)
         log_probs, extraction = self.posteriors(features, feat_mask)
-        if beam_size == 1 and lm is None and not biasing(hotwords):
+        if beam_size == 1 and lm is None and not biasing(hotwords) and lexicon is None:
             best, tokens = log_probs.max(dim=-1)  # [B, N] each
             scores = best.masked_fill(~extraction.token_mask, 0.0).sum(dim=1)  # [B]
             tokens = tokens.masked_fill(~extraction.token_mask, self.pad_id)
         else:
-            beams, beam_scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords)
+            beams, beam_scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords,
+                                                         lexicon)
             tokens, scores = beams[:, 0], beam_scores[:, 0]
         return tokens, extraction.num_tokens, extraction, scores / extraction.num_tokens.clamp(min=1)
 
     @torch.no_grad()
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
                                  beam_size: int = 1, lm=None, lm_weight: float = 0.0, count_prior: float = 0.0,
-                                 ctc_score_weight: float = 0.0,
-                                 hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor,
-                                                                               TokenExtraction, torch.Tensor]:
+                                 ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
+                                 lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                   TokenExtraction, torch.Tensor]:
         """Length candidates: 2 x ``spread`` + 1 token extractions per utterance, decoded in one batched pass. CIF:
         its own count N and N +- 1..``spread`` (:func:`candidate_counts`), the alphas scaled to sum to each as in
         training. CTC: the greedy path with the blank's log-prob offset by -``spread``..``spread`` steps
         (models/ctc_extractor.py, :func:`blank_offsets`), one count each.
         Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
-        x the LM's sentence log-prob with an ``lm``, plus the bonuses of the ``hotwords`` phrases it completes, plus
+        x the LM's sentence log-prob with an ``lm``, plus the bonuses of the ``hotwords`` phrases it completes (only
+        sentences of the ``lexicon``'s words when one is given; an utterance none of whose candidates has one is
+        decoded without it), plus
         ``ctc_score_weight`` x its CTC log-likelihood over the encoder frames (``ctc_log_likelihood``; models with a
         CTC head), all divided by its token count; less
         ``count_prior`` x the candidate's distance to the extractor's own expected count of real tokens (CIF: the sum
@@ -152,8 +157,8 @@ class ParaformerDecoding:
         logits = self.decode_queries(extraction.embeddings, extraction.token_mask, repeated,
                                      repeated_mask)  # [B*K, N, V]
         log_probs, extraction = self._log_posteriors(logits, extraction)
-        beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight,
-                                                hotwords)  # [B*K, beam, N]
+        beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords, lexicon,
+                                                rows_per_utterance=width)  # [B*K, beam, N]
         hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
         lengths = extraction.num_tokens.repeat_interleave(beams.shape[1]).view(batch, hypotheses)  # [B, K*beam]
         per_token = scores.view(batch, hypotheses) / lengths.clamp(min=1)  # [B, K*beam]
@@ -220,29 +225,53 @@ class ParaformerDecoding:
     @torch.no_grad()
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
                     lm_weight: float = 0.0, ctc_score_weight: float = 0.0,
-                    hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    hotwords: HotwordTrie | None = None,
+                    lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
 
         With ``lm`` (a TokenNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py); with
-        ``hotwords`` (a HotwordTrie) the bonuses of the phrases each hypothesis completes (decode/hotwords.py). The
+        ``hotwords`` (a HotwordTrie) the bonuses of the phrases each hypothesis completes (decode/hotwords.py); with
+        a ``lexicon`` (a LexiconAutomaton) only sentences of its words (decode/lexicon.py). The
         Paraformer's CTC score ranks length candidates (:meth:`decode_length_candidates`): ``ctc_score_weight`` > 0
         here is a ValueError."""
         if ctc_score_weight > 0:
             raise ValueError("the Paraformer's CTC score ranks length candidates: use decode_length_candidates")
         log_probs, extraction = self.posteriors(features, feat_mask)
-        tokens, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords)
+        tokens, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords, lexicon)
         lengths = extraction.num_tokens.unsqueeze(1).expand(-1, beam_size).contiguous()  # [B, beam]
         return tokens, scores, lengths
 
     def _search_posteriors(self, log_probs: torch.Tensor, extraction: TokenExtraction, beam_size: int, lm,
-                           lm_weight: float, hotwords: HotwordTrie | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given and biased
-        toward the ``hotwords`` phrases (each row's trie state carried through the beam's reordering)."""
+                           lm_weight: float, hotwords: HotwordTrie | None = None,
+                           lexicon: LexiconAutomaton | None = None,
+                           rows_per_utterance: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """log_probs [B, N, V] -> (tokens [B, beam, N], scores [B, beam]), fused with ``lm`` when given, biased
+        toward the ``hotwords`` phrases and held to sentences of the ``lexicon``'s words (each row's trie and automaton
+        states carried through the beam's reordering). With a lexicon, an utterance (``rows_per_utterance``
+        consecutive rows: its length candidates) none of whose rows has a lexicon sentence of its N units (best score
+        -inf) keeps the unconstrained search's beams on every row."""
+        beams, scores = self._run_search(log_probs, extraction, beam_size, lm, lm_weight, hotwords, lexicon)
+        if lexicon is None:
+            return beams, scores
+        found = torch.isfinite(scores[:, 0]).view(-1, rows_per_utterance).any(dim=1)  # [B / rows_per_utterance]
+        if bool(found.all()):
+            return beams, scores
+        free_beams, free_scores = self._run_search(log_probs, extraction, beam_size, lm, lm_weight, hotwords)
+        unconstrained = (~found).repeat_interleave(rows_per_utterance)  # [B]
+        return (torch.where(unconstrained.view(-1, 1, 1), free_beams, beams),
+                torch.where(unconstrained.view(-1, 1), free_scores, scores))
+
+    def _run_search(self, log_probs: torch.Tensor, extraction: TokenExtraction, beam_size: int, lm,
+                    lm_weight: float, hotwords: HotwordTrie | None = None,
+                    lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One factorised search of :meth:`_search_posteriors`, without the lexicon's fallback."""
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-        scorer = None
-        if biasing(hotwords):
-            scorer = HotwordScorer(hotwords, extraction.num_tokens.repeat_interleave(beam_size))  # [B*beam] rows
+        lengths = extraction.num_tokens.repeat_interleave(beam_size)  # [B*beam] rows
+        scorer = HotwordScorer(hotwords, lengths) if biasing(hotwords) else None
+        if lexicon is not None:
+            constraint = LexiconScorer(lexicon, lengths)
+            scorer = constraint if scorer is None else SummedScorer(constraint, scorer)
         if lm is None:
             return factorized_beam_search(log_probs, extraction.token_mask, beam_size, self.pad_id,
                                           state_scorer=scorer)

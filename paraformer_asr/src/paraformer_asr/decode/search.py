@@ -12,6 +12,7 @@ import torch.nn as nn
 from paraformer_asr.config import MIN_INPUT_FRAMES
 from paraformer_asr.data.batching import Batch, pad_short_utterances
 from paraformer_asr.decode.hotwords import HotwordTrie, biasing
+from paraformer_asr.decode.lexicon import LexiconAutomaton
 from paraformer_asr.decode.timestamps import FrameClock, decoded_token_times
 from paraformer_asr.errors import ConfigError
 
@@ -42,11 +43,13 @@ class Transcript:
 def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch.device, method: str = "greedy",
                        beam_size: int = 4, lm=None, lm_weight: float = 0.0, clock: FrameClock | None = None,
                        length_candidates: int = 0, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
-                       hotwords: HotwordTrie | None = None) -> tuple[list[Transcript], float]:
+                       hotwords: HotwordTrie | None = None,
+                       lexicon: LexiconAutomaton | None = None) -> tuple[list[Transcript], float]:
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``; with
     ``hotwords`` (a non-empty HotwordTrie, decode/hotwords.py) every search is biased toward its phrases, greedy
-    decoding being beam 1 with biasing.
+    decoding being beam 1 with biasing; with a ``lexicon`` (decode/lexicon.py, a Paraformer) every hypothesis is a
+    sentence of its words where one of the counted length exists, greedy decoding being beam 1 constrained.
     ``length_candidates`` k > 0 (a Paraformer): k candidate token counts either side of the extractor's own are
     decoded too (decode/paraformer_search.py, ``decode_length_candidates``) and the best per token kept, less
     ``count_prior`` x its distance to the extractor's expected count and plus
@@ -62,6 +65,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     model.eval()
     min_frames = MIN_INPUT_FRAMES[model.encoder.subsampling_factor]
     hotwords = hotwords.to(device) if hotwords is not None else None  # once, not per batch
+    lexicon = lexicon.to(device) if lexicon is not None else None
     transcripts: list[Transcript] = []
     seconds = 0.0
     for batch in batches:
@@ -72,17 +76,17 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
             tokens, lengths, cif, scores = model.decode_scored(batch.features, batch.feat_mask,
                                                                beam_size if method == "beam" else 1, lm, lm_weight,
                                                                length_candidates, count_prior, ctc_score_weight,
-                                                               hotwords)
+                                                               hotwords, lexicon)
             if clock is not None:
                 times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations,
                                             clock)  # 2 x [B, N]
-        elif method == "greedy" and not biasing(hotwords):
+        elif method == "greedy" and not biasing(hotwords) and lexicon is None:
             tokens, lengths = model.greedy_decode(batch.features, batch.feat_mask)
         else:
             beams, _, beam_lengths = model.beam_search(batch.features, batch.feat_mask,
                                                        beam_size if method == "beam" else 1, lm=lm,
                                                        lm_weight=lm_weight, ctc_score_weight=ctc_score_weight,
-                                                       hotwords=hotwords)
+                                                       hotwords=hotwords, lexicon=lexicon)
             tokens, lengths = beams[:, 0], beam_lengths[:, 0]
         if device.type == "cuda":
             torch.cuda.synchronize(device)
