@@ -224,3 +224,14 @@ def train_tone_checkpoint(folder: Path) -> Path:
     (folder / "train.jsonl").write_text("\n".join(lines) + "\n")
     cfg = config_from_dict(tiny_audio_config(folder / "train.jsonl", folder / "runs", "tones", epochs=1))
     return train(cfg) / "checkpoints" / "last.pt"
+
+
+def streaming_copy(checkpoint: Path, folder: Path) -> Path:
+    """A trained checkpoint with model.streaming switched on (no new weights): decoded at 15-frame (600 ms) chunks,
+    two chunks of look-back, two frames of look-ahead."""
+    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    payload["config"]["model"]["streaming"] = {"enabled": True, "left_chunks": 2, "right_frames": 2,
+                                               "decode_chunk_size": 15}
+    path = folder / "streaming.pt"
+    torch.save(payload, path)
+    return path

@@ -16,19 +16,10 @@ from paraformer_asr.decode.timestamps import frame_clock
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import features_from_file, load_trained_model
 
-from asr_helpers import call_script
+from asr_helpers import call_script, streaming_copy
 
 UTTERANCES = 8  # the tone corpus's clips u0 .. u7
 
-
-def streaming_copy(checkpoint, folder):
-    """The tone checkpoint with model.streaming switched on (no new weights): 15-frame (600 ms) chunks by default."""
-    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    payload["config"]["model"]["streaming"] = {"enabled": True, "left_chunks": 2, "right_frames": 2,
-                                               "decode_chunk_size": 15}
-    path = folder / "streaming.pt"
-    torch.save(payload, path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
 from paraformer_asr.serving.streams import (INVALID_PAYLOAD, POLICY_VIOLATION, StreamOptions,  # noqa: E402
                                             StreamRefused, pcm_samples, stream_options)
 
-from asr_helpers import PROJECT, served  # noqa: E402
+from asr_helpers import PROJECT, served, streaming_copy  # noqa: E402
 
 RATE = 16000
 WAIT_S = 60  # bound on any wait; never reached when things work
@@ -49,15 +49,6 @@ PIECE_BYTES = 3200  # 100 ms of 16 kHz 16-bit PCM
 END = json.dumps({"event": "end"})
 CHUNK_MS = 200  # 5 encoder frames of 40 ms: several partials in a 1.5 s clip
 
-
-def streaming_copy(checkpoint: Path, folder: Path) -> Path:
-    """The tone checkpoint with model.streaming switched on (no new weights): 15-frame (600 ms) chunks by default."""
-    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    payload["config"]["model"]["streaming"] = {"enabled": True, "left_chunks": 2, "right_frames": 2,
-                                               "decode_chunk_size": 15}
-    path = folder / "streaming.pt"
-    torch.save(payload, path)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from paraformer_asr.models.encoder import chunk_attention_mask
 from paraformer_asr.models.streaming import CifCarry, EncoderStream, finish_carry, integrate_chunk
 from paraformer_asr.transcribe import stream_file
 
-from asr_helpers import PackageLog, call_script, speech_like, tiny_raw_config
+from asr_helpers import PackageLog, call_script, speech_like, streaming_copy, tiny_raw_config
 
 FEATURE_DIM = 16  # tiny_raw_config's toy features
 PIECES = (5, 1, 13, 2, 8)  # piece sizes in input frames, cycled: chunk edges fall everywhere
@@ -370,15 +370,6 @@ def test_stream_file_shows_each_changed_partial_then_the_final(tmp_path):
     assert final.text == loaded.tokenizer.decode(offline_greedy(model, features))
     assert list(stream_file(loaded, str(tmp_path / "utt.npy"))) == updates  # the default: decode_chunk_size 3, 120 ms
 
-
-def streaming_copy(checkpoint, folder):
-    """The tone checkpoint with model.streaming switched on (no new weights): decoded at 15-frame (600 ms) chunks."""
-    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    payload["config"]["model"]["streaming"] = {"enabled": True, "left_chunks": 2, "right_frames": 2,
-                                               "decode_chunk_size": 15}
-    path = folder / "streaming.pt"
-    torch.save(payload, path)
-    return path
 
 
 def test_infer_stream_final_line_is_the_offline_transcript(tone_checkpoint, tmp_path):
