@@ -104,3 +104,14 @@ def test_eval_scores_a_manifest_holding_a_short_clip(clips):
     assert scores["num_utterances"] == 2
     short = [text for t, text in zip(transcripts, hyp_texts) if "c30ms" in t.id]
     assert short == [""]
+
+
+@pytest.mark.parametrize("name, factor", [("none", 1), ("2x", 2), ("4x", 4)])
+def test_min_input_frames_is_the_shortest_input_the_subsampling_turns_into_one_frame(name, factor):
+    from paraformer_asr.models.encoder import ConvSubsampling, subsampled_lengths
+
+    shortest = MIN_INPUT_FRAMES[factor]
+    lengths = torch.arange(shortest + 3)
+    assert subsampled_lengths(lengths, factor).clamp(min=0).tolist()[shortest - 1:shortest + 1] == [0, 1]
+    subsampling = ConvSubsampling(16, 8, factor, channels=4)
+    assert subsampling(torch.zeros(1, shortest, 16)).shape[1] == 1  # the real convolutions agree

@@ -13,9 +13,9 @@ from paraformer_asr.data.setup import build_data
 from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.subtitles import format_srt, group_cues, srt_time
-from paraformer_asr.decode.timestamps import (FrameClock, alignment_plot_data, cif_token_spans, decoded_token_times,
-                                              extend_ends_through_speech, speech_frames,
-                                              frame_clock, group_words, token_times_ms, word_times)
+from paraformer_asr.decode.timestamps import (FrameClock, alignment_plot_data, cif_fire_spans, cif_token_spans,
+                                              decoded_token_times, extend_ends_through_speech, frame_clock,
+                                              group_words, spans_to_ms, speech_frames, word_times)
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.factory import build_model
 from paraformer_asr.models.cif import inference_token_count
@@ -87,6 +87,12 @@ def test_frame_clock_maps_encoder_frames_through_subsampling_and_hop():
     assert frame_clock(config_from_dict(tiny_raw_config())) == FrameClock(10.0, 10.0, 2)
     speech = config_from_dict({"data": {"kind": "manifest", "train_manifest": "a", "val_manifest": "b"}})
     assert frame_clock(speech) == FrameClock(10.0, 25.0, 4)
+
+
+def token_times_ms(alphas, num_tokens, encoder_frames, clock, durations_ms, extra_fires=0):
+    """CIF token times as decoding reads them: the fire spans, then milliseconds."""
+    starts, ends = cif_fire_spans(alphas, num_tokens, extra_fires)  # [B, N] encoder-frame positions
+    return spans_to_ms(starts, ends, num_tokens, encoder_frames, clock, durations_ms)
 
 
 def test_token_times_scale_alphas_to_the_fires_start_at_zero_and_end_at_the_duration():

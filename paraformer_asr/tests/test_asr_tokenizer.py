@@ -47,15 +47,6 @@ def test_char_blank_and_serialisation():
     assert isinstance(again, CharTokenizer) and again.symbols == tok.symbols and again.blank_id == 4
 
 
-@pytest.mark.parametrize("kind", ["char", *SUBWORD_KINDS])
-def test_batch_encode_pads_with_pad_id(kind):
-    tok = build_tokenizer(kind, CORPUS, 60)
-    tokens, lengths = tok.batch_encode(["turn the music", "on", ""])
-    assert tokens.dtype == torch.long and tokens.shape == (3, int(lengths.max()))
-    assert lengths.tolist() == [len(tok.encode(t)) for t in ["turn the music", "on", ""]] and lengths[2] == 0
-    assert tokens[1, lengths[1]:].eq(tok.pad_id).all() and tokens[2].eq(tok.pad_id).all()
-
-
 @pytest.mark.parametrize("kind", SUBWORD_KINDS)
 @pytest.mark.parametrize("with_blank", [False, True])
 def test_subword_round_trip_specials_and_fewer_tokens_than_characters(kind, with_blank):

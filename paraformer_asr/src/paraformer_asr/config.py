@@ -23,8 +23,18 @@ import yaml
 from paraformer_asr.errors import ConfigError
 
 SUBSAMPLING_FACTORS = {"none": 1, "2x": 2, "4x": 4}
-# Shortest input that still leaves one frame after subsampling (each stride-2 3-tap conv maps L -> (L - 1) // 2).
-MIN_INPUT_FRAMES = {1: 1, 2: 3, 4: 7}
+
+
+def min_input_frames(factor: int) -> int:
+    """The shortest input that still leaves one frame after ``factor`` subsampling: each stride-2 3-tap conv maps
+    L -> (L - 1) // 2 (models/encoder.py, ``subsampled_lengths``), so one frame out of a conv needs 2 L + 1 in."""
+    frames = 1
+    for _ in range(int(math.log2(factor))):
+        frames = 2 * frames + 1
+    return frames
+
+
+MIN_INPUT_FRAMES = {factor: min_input_frames(factor) for factor in SUBSAMPLING_FACTORS.values()}
 MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
 CTC_NORMALIZATIONS = ("token", "utterance")

@@ -104,16 +104,6 @@ class Tokenizer(ABC):
             out.append("" if token_id < self.num_special else self._regular_piece(token_id))
         return out
 
-    def batch_encode(self, texts: Sequence[str], add_bos: bool = False,
-                     add_eos: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """texts -> (tokens [B, S_max] long padded with pad_id, lengths [B] long)."""
-        encoded = [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
-        lengths = torch.tensor([len(e) for e in encoded], dtype=torch.long)
-        tokens = torch.full((len(encoded), int(lengths.max()) if encoded else 0), self.pad_id, dtype=torch.long)
-        for row, ids in enumerate(encoded):  # per item, not per frame: B small Python ints
-            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        return tokens, lengths
-
     def unknown_characters(self, texts: Iterable[str]) -> list[str]:
         """The distinct characters of ``texts`` that encode to ``<unk>``, sorted."""
         return sorted(c for c in {c for text in texts for c in text} if self.unk_id in self._encode_text(c))

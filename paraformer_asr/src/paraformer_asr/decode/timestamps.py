@@ -156,14 +156,6 @@ def spans_to_ms(starts: torch.Tensor, ends: torch.Tensor, num_tokens: torch.Tens
     return to_ms(starts) * valid, to_ms(ends) * valid
 
 
-def token_times_ms(alphas: torch.Tensor, num_tokens: torch.Tensor, encoder_frames: torch.Tensor, clock: FrameClock,
-                   durations_ms: torch.Tensor, extra_fires: int = 0,
-                   min_weight: float = MIN_TOKEN_WEIGHT) -> tuple[torch.Tensor, torch.Tensor]:
-    """CIF token times: :func:`cif_fire_spans` then :func:`spans_to_ms` -> (start_ms [B, N], end_ms [B, N])."""
-    starts, ends = cif_fire_spans(alphas, num_tokens, extra_fires, min_weight)  # [B, N]
-    return spans_to_ms(starts, ends, num_tokens, encoder_frames, clock, durations_ms)
-
-
 def decoded_token_times(model, extraction, features: torch.Tensor, feat_lengths: torch.Tensor,
                         durations_s: torch.Tensor, clock: FrameClock) -> tuple[torch.Tensor, torch.Tensor]:
     """Token times of a Paraformer's decoded batch: ``extraction`` from ``model.decode_aligned`` (inference; the
