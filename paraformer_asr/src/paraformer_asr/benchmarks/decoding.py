@@ -246,7 +246,8 @@ def markdown_table(rows: list[dict]) -> str:
         decode = decoding_label(r)
         encoder = "" if r.get("encoder_ms_per_utterance") is None else f"{r['encoder_ms_per_utterance']:.2f}"
         lines.append(f"| {r['model_type']} | {r['units']} | {r['name']} | {backend_name(r)} | {decode} | "
-                     f"{r['decoder_passes_per_utterance']:.1f} | {r['batch_size']} | {r['num_utterances']} | {r['reference_tokens_per_utterance']:.1f} | "
+                     f"{r['decoder_passes_per_utterance']:.1f} | {r['batch_size']} | {r['num_utterances']} | "
+                     f"{r['reference_tokens_per_utterance']:.1f} | "
                      f"{100 * r['cer']:.2f} % | {r['rtf']:.4f} | "
                      f"{r['latency_ms_per_utterance']:.2f} | {encoder} | "
                      f"{1000.0 / r['latency_ms_per_utterance']:.1f} |")

@@ -10,8 +10,8 @@ Instead of the CIF's integrate-and-fire, every output token owns the encoder fra
 Token k's query is the mean of the encoder states of its frames (``model.ctc_queries: states``), or, as in the
 paper, the mean of its frames' CTC posteriors [V] through a linear map to D (``posteriors``: the decoder then
 starts from what the CTC head heard, a soft token, and refines it against the encoder). The map is applied per frame
-before the mean (a linear map of a mean is the mean of the maps), so both kinds pool the same way. Its span [first frame, last frame + 1) gives
-its time (decode/timestamps.py). The alignment is a max-product DP over time, batched over utterances and
+before the mean (a linear map of a mean is the mean of the maps), so both kinds pool the same way. Its span
+[first frame, last frame + 1) gives its time (decode/timestamps.py). The alignment is a max-product DP over time, batched over utterances and
 states; the frame merge is a cumsum, the means one token-by-frame matrix product (no loop over frames or tokens).
 
 Length candidates (the CTC counterpart of the CIF's N +- k): the greedy path again with the blank's log-prob raised
@@ -223,7 +223,8 @@ class CtcTokenExtractor(nn.Module):
             return self.greedy(hidden, mask, log_probs)
         assert_shape(target_lengths, "B", "target_lengths", dims)
         frame_tokens, _ = forced_alignment(log_probs, mask, targets, target_lengths, self.blank_id)
-        return frames_to_extraction(self.frame_queries(hidden, log_probs), mask, log_probs, frame_tokens, target_lengths.long(), self.blank_id)
+        return frames_to_extraction(self.frame_queries(hidden, log_probs), mask, log_probs, frame_tokens,
+                                    target_lengths.long(), self.blank_id)
 
     def greedy(self, hidden: torch.Tensor, mask: torch.Tensor, log_probs: torch.Tensor,
                width: int | None = None) -> CtcExtraction:
