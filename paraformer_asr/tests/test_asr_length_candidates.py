@@ -1,5 +1,5 @@
 """Length candidates (models/paraformer.py, decode_length_candidates) and the config's default decoding
-(config.py DecodeConfig, decode/options.py): the batched search against a plain loop for both token extractors
+(config/schema.py DecodeConfig, decode/options.py): the batched search against a plain loop for both token extractors
 (with and without the CTC score), the CTC log-likelihood against a sum over every alignment, padding invariance,
 and the options' resolution and errors."""
 
