@@ -109,7 +109,7 @@ def _train_toy(folder, kind: str):
     """kind: paraformer (the CIF, with a CTC head), paraformer_fsmn (the same with FSMN decoder blocks),
     paraformer_ctc (the CTC token extractor) or transformer_ar (with a CTC head)."""
     from paraformer_asr.config import config_from_dict
-    from paraformer_asr.training.loop import train
+    from paraformer_asr.training.launch import train
 
     raw = tiny_raw_config(str(folder))
     raw["model"]["type"] = "transformer_ar" if kind == "transformer_ar" else "paraformer"

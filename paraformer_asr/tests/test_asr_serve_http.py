@@ -36,7 +36,7 @@ from paraformer_asr.serving.app import create_app  # noqa: E402
 from paraformer_asr.serving.batcher import GreedyTranscriber  # noqa: E402
 from paraformer_asr.benchmarks.service_load import loopback_address, multipart_body, request_json  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
-from paraformer_asr.training.loop import train  # noqa: E402
+from paraformer_asr.training.launch import train  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 RATE = 16000
