@@ -17,7 +17,7 @@ import paraformer_asr.decode.longform.transcribe as long_transcribe
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import load_audio, open_audio, write_audio
-from paraformer_asr.data.long_recording import join_utterances, noise_floor
+from paraformer_asr_tools.corpus.long_recording import join_utterances, noise_floor
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
@@ -690,7 +690,7 @@ def test_eval_scores_long_recordings_window_by_window(tmp_path, tone_checkpoint,
 def test_measured_peak_memory_is_the_child_process_own():  # not the test process's (torch loaded, hundreds of MB)
     import sys
 
-    from paraformer_asr.benchmarks.long_form import measure_process
+    from paraformer_asr_tools.benchmarks.long_form import measure_process
 
     small = measure_process([sys.executable, "-c", "pass"])
     large = measure_process([sys.executable, "-c", "block = bytearray(300 * 2**20); block[::4096] = b'x' * 76800"])
@@ -701,7 +701,7 @@ def test_measured_peak_memory_is_the_child_process_own():  # not the test proces
 def test_a_failing_timed_run_names_the_command_and_its_error():
     import sys
 
-    from paraformer_asr.benchmarks.long_form import measure_process
+    from paraformer_asr_tools.benchmarks.long_form import measure_process
     from paraformer_asr.errors import DataError
 
     with pytest.raises(DataError, match="exit status 3: boom"):

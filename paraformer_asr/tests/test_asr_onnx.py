@@ -327,7 +327,7 @@ def test_service_with_the_onnx_backend_answers_as_torch(tone_checkpoint, tmp_pat
     from paraformer_asr.deploy.export import export_checkpoint
     from paraformer_asr.inference import load_model
     from paraformer_asr.serving.app import create_app
-    from paraformer_asr.benchmarks.service_load import loopback_address, multipart_body, request_json
+    from paraformer_asr_tools.benchmarks.service_load import loopback_address, multipart_body, request_json
     from paraformer_asr.serving.settings import ServeSettings
 
     from asr_helpers import served, speech_like
