@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
-from paraformer_asr_tools.benchmarks.long_form import benchmark_recordings, markdown_rows
 from paraformer_asr.errors import ConfigError, DataError
+from paraformer_asr_tools.benchmarks.long_form import benchmark_recordings, markdown_rows
 
 
 def main(argv: list[str] | None = None) -> int:

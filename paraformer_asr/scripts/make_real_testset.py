@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
-from paraformer_asr_tools.corpus.real_recordings import SOURCES, find_clips, split_selection, write_testset
 from paraformer_asr.errors import UserError
+from paraformer_asr_tools.corpus.real_recordings import SOURCES, find_clips, split_selection, write_testset
 
 
 def parse_sources(text: str) -> list[str]:

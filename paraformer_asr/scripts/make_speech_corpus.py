@@ -79,9 +79,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from paraformer_asr.errors import UserError
 from paraformer_asr_tools.corpus.synthesis import generate
 from paraformer_asr_tools.corpus.utterance_plans import PITCH, RATE_WPM, STRETCH, check_options
-from paraformer_asr.errors import UserError
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -32,12 +32,12 @@ from pathlib import Path
 
 import torch
 
-from paraformer_asr_tools.benchmarks.stream_latency import direct_latency, served_checkpoint, websocket_latency
 from paraformer_asr.cli import run_main
 from paraformer_asr.data.audio import load_audio
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import LoadedModel, load_model
+from paraformer_asr_tools.benchmarks.stream_latency import direct_latency, served_checkpoint, websocket_latency
 from paraformer_asr_tools.benchmarks.service_load import loopback_address
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from paraformer_asr_tools.corpus import utterance_plans
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.audio import read_audio
+from paraformer_asr_tools.corpus import utterance_plans
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 

@@ -17,7 +17,6 @@ import paraformer_asr.decode.longform.transcribe as long_transcribe
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import load_audio, open_audio, write_audio
-from paraformer_asr_tools.corpus.long_recording import join_utterances, noise_floor
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
@@ -31,6 +30,7 @@ from paraformer_asr.decode.longform.vad import energy_profile, local_noise_floor
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.factory import build_model
 from paraformer_asr.inference import LoadedModel
+from paraformer_asr_tools.corpus.long_recording import join_utterances, noise_floor
 
 from asr_helpers import PROJECT, load_script, speech_like
 from asr_reference import loop_speech_runs

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from paraformer_asr_tools.corpus import synthesis, utterance_plans
 from paraformer_asr.data.manifest import read_manifest
-from paraformer_asr_tools.corpus.speech_corpus import (COMMON_FILLERS, DISTRACTOR_SHARE, RARE_CARRIERS, RARE_WORDS,
-                                                       load_rare_words, rare_word_set, split_accents)
 from paraformer_asr.errors import ConfigError, DataError
 from paraformer_asr.training.evaluation import manifest_hotwords
+from paraformer_asr_tools.corpus import synthesis, utterance_plans
+from paraformer_asr_tools.corpus.speech_corpus import (COMMON_FILLERS, DISTRACTOR_SHARE, RARE_CARRIERS, RARE_WORDS,
+                                                       load_rare_words, rare_word_set, split_accents)
 
 from asr_helpers import load_script
 

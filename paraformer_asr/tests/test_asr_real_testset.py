@@ -11,10 +11,10 @@ import soundfile
 
 from asr_helpers import call_script
 from paraformer_asr.data.audio import audio_info
+from paraformer_asr.errors import DataError
 from paraformer_asr_tools.corpus.real_recordings import (FOLDERS, SOURCES, Clip, find_clips, number_words,
                                                          saytime_words, sphinx_transcripts, split_selection,
                                                          tidigits_words)
-from paraformer_asr.errors import DataError
 
 
 def tone(seconds: float, rate: int) -> np.ndarray:

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from paraformer_asr_tools.corpus import synthesis, utterance_plans
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.audio import read_audio
+from paraformer_asr.errors import DataError
+from paraformer_asr_tools.corpus import synthesis, utterance_plans
 from paraformer_asr_tools.corpus.speech_corpus import (KEYWORDS, command_phrases, hold_out_phrases, load_phrases,
                                                        load_words, parse_accent_list, phrase_vocabulary, split_accents,
                                                        unheard_words)
-from paraformer_asr.errors import DataError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 ACCENTS = ["en", "en-us", "en-gb-scotland", "en-029"]

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from asr_helpers import load_script
+from paraformer_asr.errors import DataError, UserError
 from paraformer_asr_tools.corpus import synthesis, utterance_plans, voices
 from paraformer_asr_tools.corpus.speech_corpus import command_phrases, load_text, normalise_transcript
 from paraformer_asr_tools.corpus.voices import Reading, Voice
-from paraformer_asr.errors import DataError, UserError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 RECORDED = [  # the flite and festival voices of a Debian install (flite; festvox-kallpc16k, -kdlpc16k, -us-slt-hts)

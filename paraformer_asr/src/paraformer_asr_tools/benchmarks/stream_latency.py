@@ -46,13 +46,13 @@ from urllib.parse import urlencode
 
 import torch
 
-from paraformer_asr_tools.benchmarks.service_load import percentile
 from paraformer_asr.data.setup import make_frontend
-from paraformer_asr_tools.corpus.word_timing import audible_span
 from paraformer_asr.decode.streaming import StreamingFeatures, StreamingRecognizer, chunk_frames
 from paraformer_asr.decode.timestamps import frame_clock
 from paraformer_asr.errors import DataError
 from paraformer_asr.inference import LoadedModel
+from paraformer_asr_tools.benchmarks.service_load import percentile
+from paraformer_asr_tools.corpus.word_timing import audible_span
 
 FULL_CONTEXT_PIECE_MS = 600.0  # pieces of a full-context stream when no --piece-ms is given
 SERVE_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "serve.py"

@@ -34,8 +34,8 @@ import soundfile
 import torch
 
 from paraformer_asr.data.audio import to_mono, write_audio
-from paraformer_asr_tools.corpus.speech_corpus import normalise_transcript
 from paraformer_asr.errors import DataError
+from paraformer_asr_tools.corpus.speech_corpus import normalise_transcript
 
 SAMPLE_RATE = 16000
 SOURCES = ("pocketsphinx-testdata", "saytime", "klettres-data")

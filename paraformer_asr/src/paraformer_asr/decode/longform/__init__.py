@@ -83,7 +83,7 @@ overlap's share of each window's words, widened) are aligned by edit distance an
 window i to window i + 1 at the middle matched word; where nothing matches, at the middle of the expected overlap
 words. Only the text comes out (no word or token times).
 
-Where each part lives (the package's modules, in the order a recording passes through them):
+Contracts, module by module (in the order a recording passes through them):
 
 options.py   (what the command lines and the service set)
     LongFormOptions(segment, chunk_seconds, overlap_seconds, cut, batch_windows, speech_threshold_db,
