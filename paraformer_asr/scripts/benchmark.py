@@ -1,4 +1,4 @@
-"""Benchmarks (the measurements live in src/paraformer_asr/benchmarks/: cif.py and decoding.py).
+"""Benchmarks (the measurements live in src/paraformer_asr_tools/benchmarks/: cif.py and decoding.py).
 
 1. The vectorised CIF against the plain-loop reference at B x T x D (default 16 x 500 x 256):
    times, speed-up, largest difference.
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from paraformer_asr.benchmarks.cif import benchmark_cif
-from paraformer_asr.benchmarks.decoding import (benchmark_models, device_name, greedy_speedups, markdown_table,
-                                                paraformer_speedups, shipped_speedups)
 from paraformer_asr.cli import run_main
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.runtime import apply_num_threads
+from paraformer_asr_tools.benchmarks.cif import benchmark_cif
+from paraformer_asr_tools.benchmarks.decoding import (benchmark_models, device_name, greedy_speedups, markdown_table,
+                                                      paraformer_speedups, shipped_speedups)
 
 
 def main(argv: list[str] | None = None) -> int:

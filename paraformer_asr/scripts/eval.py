@@ -32,7 +32,7 @@ utterance (the same figures as --chunk-ms 0); its default is the checkpoint's mo
 add "stream": {"chunk_ms", "chunk_frames", "two_pass"}.
 
 Long recordings: when a manifest has a recording longer than --chunk-seconds (or with --long-form), every
-recording is decoded on its own, window by window (decode/longform.py; options under "long recordings"), and the
+recording is decoded on its own, window by window (decode/longform/; options under "long recordings"), and the
 scores gain "long_form": true and "windows"; rtf then counts reading, features and decoding.
 """
 

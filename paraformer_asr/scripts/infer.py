@@ -12,7 +12,7 @@ Decoding: --decode greedy|beam --beam-size K --lm-order N --lm-weight W --hotwor
 "words": [{"word", "start_ms", "end_ms"}]}, times from the CIF (Paraformer checkpoints only: the autoregressive
 baseline has no CIF, and asking it for times is an error). --srt FILE writes subtitles of one input.
 
-Audio longer than --chunk-seconds (default 20) is decoded window by window in bounded memory (decode/longform.py:
+Audio longer than --chunk-seconds (default 20) is decoded window by window in bounded memory (decode/longform/:
 speech segments between pauses by default, or fixed overlapping windows with --segment windows), with a progress
 bar over the windows on a terminal; --timestamps and --srt work the same, times counted from the recording's start.
 The autoregressive baseline's long recordings come out as text only.

@@ -1,4 +1,5 @@
-"""Bounded load test of a running speech-recognition server, on loopback only (logic in benchmarks/service_load.py).
+"""Bounded load test of a running speech-recognition server, on loopback only (logic in
+paraformer_asr_tools/benchmarks/service_load.py).
 
     python scripts/load_test.py --url http://127.0.0.1:8000 --manifest /path/to/speech/test.jsonl
         [--requests 300] [--concurrency 8] [--max-seconds 120] [--out FILE.json] [--markdown FILE.md]
@@ -15,10 +16,10 @@ idle figure), then again while FILE is uploaded and decoded; the report has both
 and real-time factor, and p95_ratio (p95 latency during the long decode / idle p95). --max-seconds bounds each
 phase. Exit status 0 when every request succeeded, 1 otherwise, 2 for bad arguments.
 
---soak --server-pid PID [--bad-every 10]: the soak (benchmarks/service_soak.py): every --bad-every-th upload is bad input (cycled
-through five kinds), every good one must get 200 and the text it gets alone, every bad one a 4xx; the server's
-resident memory is sampled and must grow by less than 10 % after the warm-up (the first --warmup-fraction of the
-requests, default 0.25).
+--soak --server-pid PID [--bad-every 10]: the soak (paraformer_asr_tools/benchmarks/service_soak.py): every
+--bad-every-th upload is bad input (cycled through five kinds), every good one must get 200 and the text it gets alone,
+every bad one a 4xx; the server's resident memory is sampled and must grow by less than 10 % after the warm-up (the
+first --warmup-fraction of the requests, default 0.25).
     python scripts/load_test.py --soak --server-pid PID --manifest test.jsonl --requests 2000 --concurrency 32
 """
 
@@ -31,10 +32,10 @@ from pathlib import Path
 
 from paraformer_asr.cli import run_main
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.benchmarks.service_load import (load_payloads, long_upload_markdown, loopback_address,
-                                              markdown_table, run_load_test, run_long_upload_scenario,
-                                              scenario_succeeded)
-from paraformer_asr.benchmarks.service_soak import run_soak, soak_markdown, soak_succeeded
+from paraformer_asr_tools.benchmarks.service_load import (load_payloads, long_upload_markdown, loopback_address,
+                                                          markdown_table, run_load_test, run_long_upload_scenario,
+                                                          scenario_succeeded)
+from paraformer_asr_tools.benchmarks.service_soak import run_soak, soak_markdown, soak_succeeded
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
-"""Time and peak memory of transcribing long recordings with scripts/infer.py (logic in
-benchmarks/long_form.py): one fresh process per recording and repeat, start-up and model loading included.
+"""Time and peak memory of transcribing long recordings as scripts/infer.py does (logic in
+paraformer_asr_tools/benchmarks/long_form.py): one fresh process per recording and repeat, start-up and model loading
+included.
 
     python scripts/long_form_benchmark.py --checkpoint CKPT --recordings 1min.wav 8min.wav 30min.wav 60min.wav \
         [--repeats 1] [--out rows.json] [--markdown table.md] [-- infer.py options, e.g. --segment windows]
@@ -16,8 +17,8 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
-from paraformer_asr.benchmarks.long_form import benchmark_recordings, markdown_rows
 from paraformer_asr.errors import ConfigError, DataError
+from paraformer_asr_tools.benchmarks.long_form import benchmark_recordings, markdown_rows
 
 
 def main(argv: list[str] | None = None) -> int:

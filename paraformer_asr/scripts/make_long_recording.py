@@ -1,5 +1,5 @@
 """Join the utterances of a manifest into one long recording with pauses, with its reference transcript and word
-times (the ground truth of long-form decoding; logic in data/long_recording.py).
+times (the ground truth of long-form decoding; logic in paraformer_asr_tools/corpus/long_recording.py).
 
     python scripts/make_long_recording.py --manifest /path/to/test.jsonl --out /path/to/long/test_once.wav
     python scripts/make_long_recording.py --manifest /path/to/test.jsonl --minutes 60 --out /path/to/long/60min.wav
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if Path(args.out).suffix.lower() != ".wav":
         raise ConfigError(f"--out must name a .wav file, got {args.out}")
 
-    from paraformer_asr.data.long_recording import join_utterances
+    from paraformer_asr_tools.corpus.long_recording import join_utterances
     from paraformer_asr.data.manifest import read_manifest
 
     summary = join_utterances(read_manifest(args.manifest), args.out, args.sample_rate,

@@ -1,4 +1,5 @@
-"""Build a small test set of real people's speech from installed Debian packages (data/real_recordings.py).
+"""Build a small test set of real people's speech from installed Debian packages
+(paraformer_asr_tools/corpus/real_recordings.py).
 
     apt-get install pocketsphinx-testdata saytime klettres-data
     python scripts/make_real_testset.py --out /path/to/real [--sources pocketsphinx-testdata,saytime,klettres-data]
@@ -20,8 +21,8 @@ import sys
 from pathlib import Path
 
 from paraformer_asr.cli import run_main
-from paraformer_asr.data.real_recordings import SOURCES, find_clips, split_selection, write_testset
 from paraformer_asr.errors import UserError
+from paraformer_asr_tools.corpus.real_recordings import SOURCES, find_clips, split_selection, write_testset
 
 
 def parse_sources(text: str) -> list[str]:

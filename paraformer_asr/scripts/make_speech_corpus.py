@@ -6,29 +6,29 @@ With --transcript spoken the transcript is what is spoken ("four zero seven"): l
 (the corpus of configs/paraformer_numbers.yaml: 6-12 digits, transcribed as words). Another vocabulary can be given with
 --vocab FILE.json, an object mapping each transcript token to the words spoken for it (tokens are joined with --join,
 default "" for single characters). --phrases commands speaks short voice-assistant commands instead ("turn on the
-kitchen lights", "set a timer for five minutes": 296 phrases, 135 words, data/speech_corpus.py), --phrases FILE the
-phrases of a text file (one per line); the transcript is the phrase. --words keywords draws each utterance as
---min-words .. --max-words words (aliases of --min-digits / --max-digits: a uniform count, words drawn uniformly with
-replacement, so in any order) from 30 built-in words (colours, animals, directions, yes / no, digits;
-data/speech_corpus.py), --words FILE from one word per line; the transcript is the words joined by spaces.
---text FILE reads any text, one phrase a line, transcribed as its lower-case words without punctuation ("It's 5
-o'clock." -> "it's 5 o'clock").
+kitchen lights", "set a timer for five minutes": 296 phrases, 135 words, paraformer_asr_tools/corpus/speech_corpus.py),
+--phrases FILE the phrases of a text file (one per line); the transcript is the phrase. --words keywords draws each
+utterance as --min-words .. --max-words words (aliases of --min-digits / --max-digits: a uniform count, words drawn
+uniformly with replacement, so in any order) from 30 built-in words (colours, animals, directions, yes / no, digits;
+paraformer_asr_tools/corpus/speech_corpus.py), --words FILE from one word per line; the transcript is the words joined
+by spaces. --text FILE reads any text, one phrase a line, transcribed as its lower-case words without punctuation ("It's
+5 o'clock." -> "it's 5 o'clock").
 
 Voices: --engines espeak,flite,festival (default espeak) reads with every installed English voice of each engine
-(data/voices.py). An espeak-ng voice is an accent (en, en-us, en-gb-scotland, ...) plus a speaker variant (m1, f3,
-klatt, ...); flite's voices are those `flite -lv` lists (but awb_time, which only says the time); festival's those
-festival's (voice.list) holds in English (diphone and HTS voices). espeak-ng's variants are split between train, val and
-test (separately for female and male variants); flite's and festival's voices by the person they were built from, every
-voice of a person (flite's kal and kal16, festival's kal_diphone) in one split; so test speakers are never heard in
-training. Each utterance draws an engine (uniformly among those with a voice in its split), then one of its voices.
-Accents are shared unless --val-accents / --test-accents hold some out: those are spoken only in their split, never in
-training; --train-accents limits training (and a split that holds none out) to the accents it names. Per utterance, an
-accent, a rate (-s, from --rate-range, default 130 200 words a minute), a pitch (-p, from --pitch-range, default 25 75),
-a word gap (-g), a gain, leading silence, white noise (SNR 20-35 dB) and a duration stretch (--stretch-range, default 1
-1: none; by resampling, so pitch follows) are drawn from a generator seeded by (seed, split, index), so the corpus is
-identical for a given seed whatever --jobs is. flite and festival take the rate and pitch on the same scales (as
-duration and F0 factors); festival reads each voice's utterances in batches, one festival process per batch of up to
-250.
+(paraformer_asr_tools/corpus/voices.py). An espeak-ng voice is an accent (en, en-us, en-gb-scotland, ...) plus a speaker
+variant (m1, f3, klatt, ...); flite's voices are those `flite -lv` lists (but awb_time, which only says the time);
+festival's those festival's (voice.list) holds in English (diphone and HTS voices). espeak-ng's variants are split
+between train, val and test (separately for female and male variants); flite's and festival's voices by the person they
+were built from, every voice of a person (flite's kal and kal16, festival's kal_diphone) in one split; so test speakers
+are never heard in training. Each utterance draws an engine (uniformly among those with a voice in its split), then one
+of its voices. Accents are shared unless --val-accents / --test-accents hold some out: those are spoken only in their
+split, never in training; --train-accents limits training (and a split that holds none out) to the accents it names. Per
+utterance, an accent, a rate (-s, from --rate-range, default 130 200 words a minute), a pitch (-p, from --pitch-range,
+default 25 75), a word gap (-g), a gain, leading silence, white noise (SNR 20-35 dB) and a duration stretch
+(--stretch-range, default 1 1: none; by resampling, so pitch follows) are drawn from a generator seeded by (seed, split,
+index), so the corpus is identical for a given seed whatever --jobs is. flite and festival take the rate and pitch on
+the same scales (as duration and F0 factors); festival reads each voice's utterances in batches, one festival process
+per batch of up to 250.
 
 With --test-phrases K (and --phrases or --text) the test split also holds out sentences: K distinct phrases, each made
 only of words the other phrases speak, are never spoken in training or validation, and the test split speaks only them;
@@ -43,15 +43,15 @@ espeak-ng variant, or the person behind a flite / festival voice), for grouped s
 With --rare-words names (or a FILE of "rare word<TAB>distractor" lines) the corpus is a small test set for hotwords
 (eval.py --hotwords): carrier sentences ("please call {} tomorrow morning", 10 of them) with one slot, filled in train
 and val with common words and the distractors, in test with 16 rare words (8 surnames, 8 technical terms:
-data/speech_corpus.py), each paired with a common word that sounds alike. Half of the rare words (drawn from --seed)
-are spoken --rare-train-count times (default 3) in training, the others never; the test split goes round the rare
-words, every fourth round speaking their distractors instead (so at least 64 test utterances to have any). Every
-manifest line has "hotwords": the rare words it speaks ([] for the others); corpus.json lists each rare word, its
-distractor and how often training speaks it ("rare_word_list"), and OUT/hotwords.txt every rare word, one a line (the
-list for eval.py --hotwords).
+paraformer_asr_tools/corpus/speech_corpus.py), each paired with a common word that sounds alike. Half of the rare words
+(drawn from --seed) are spoken --rare-train-count times (default 3) in training, the others never; the test split goes
+round the rare words, every fourth round speaking their distractors instead (so at least 64 test utterances to have
+any). Every manifest line has "hotwords": the rare words it speaks ([] for the others); corpus.json lists each rare
+word, its distractor and how often training speaks it ("rare_word_list"), and OUT/hotwords.txt every rare word, one a
+line (the list for eval.py --hotwords).
 
 With --word-times (and --transcript spoken, or --words) every word is synthesised on its own, trimmed to its audible
-part and joined to the next with a pause (data/word_timing.py); each manifest line then has
+part and joined to the next with a pause (paraformer_asr_tools/corpus/word_timing.py); each manifest line then has
 "words": [{"word", "start_ms", "end_ms"}], the ground truth of eval.py's word_boundary_mae_ms.
 
 Usage (from paraformer_asr/):
@@ -79,8 +79,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from paraformer_asr.data.espeak_corpus import PITCH, RATE_WPM, STRETCH, check_options, generate
 from paraformer_asr.errors import UserError
+from paraformer_asr_tools.corpus.synthesis import generate
+from paraformer_asr_tools.corpus.utterance_plans import PITCH, RATE_WPM, STRETCH, check_options
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

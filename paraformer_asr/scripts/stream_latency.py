@@ -1,4 +1,4 @@
-"""Latency of streaming recognition (logic in benchmarks/stream_latency.py):
+"""Latency of streaming recognition (logic in paraformer_asr_tools/benchmarks/stream_latency.py):
 
     python scripts/stream_latency.py --checkpoint CKPT (--manifest FILE.jsonl [--max-files 20] | --audio FILES...)
         [--chunk-ms MS] [--two-pass | --no-two-pass] [--piece-ms MS] [--concurrent 8] [--url URL] [--pace 1]
@@ -32,13 +32,13 @@ from pathlib import Path
 
 import torch
 
-from paraformer_asr.benchmarks.stream_latency import direct_latency, served_checkpoint, websocket_latency
 from paraformer_asr.cli import run_main
 from paraformer_asr.data.audio import load_audio
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import LoadedModel, load_model
-from paraformer_asr.benchmarks.service_load import loopback_address
+from paraformer_asr_tools.benchmarks.stream_latency import direct_latency, served_checkpoint, websocket_latency
+from paraformer_asr_tools.benchmarks.service_load import loopback_address
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ import sys
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import load_config
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.training.loop import RESUME_OR_INIT, TrainingInterrupted, train
+from paraformer_asr.training.interrupts import TrainingInterrupted
+from paraformer_asr.training.launch import RESUME_OR_INIT, train
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -215,7 +215,7 @@ def train_tone_checkpoint(folder: Path) -> Path:
     -> its last.pt. Enough to run long-form decoding and the service, not to be accurate."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.data.audio import write_audio
-    from paraformer_asr.training.loop import train
+    from paraformer_asr.training.launch import train
 
     lines = []
     for index in range(8):

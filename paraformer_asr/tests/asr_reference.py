@@ -203,9 +203,9 @@ def exhaustive_ar_search(next_log_probs, max_length: int, eos_id: int, tokens: l
 
 
 def loop_cif_autograd(hidden: torch.Tensor, alphas: torch.Tensor, num_tokens: torch.Tensor) -> list[torch.Tensor]:
-    """benchmarks/cif.py's ``loop_cif`` (integrate-and-fire one frame at a time, threshold 1) with every running sum
-    kept as a tensor, so that autograd differentiates it in ``hidden`` and in ``alphas`` (``loop_cif`` reads each
-    alpha as a Python float: no gradient reaches the alphas).
+    """paraformer_asr_tools/benchmarks/cif.py's ``loop_cif`` (integrate-and-fire one frame at a time, threshold 1)
+    with every running sum kept as a tensor, so that autograd differentiates it in ``hidden`` and in ``alphas``
+    (``loop_cif`` reads each alpha as a Python float: no gradient reaches the alphas).
 
     hidden [B, T, D], alphas [B, T], num_tokens [B] -> per utterance: its embeddings [n, D], n <= num_tokens[b]
     (a tail token is kept, divided by its mass, while fewer than num_tokens have fired).

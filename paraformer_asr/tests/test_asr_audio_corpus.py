@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from paraformer_asr.data import espeak_corpus
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.audio import read_audio
+from paraformer_asr_tools.corpus import utterance_plans
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 
@@ -63,19 +63,19 @@ def test_transcript_is_the_digit_string_or_the_spoken_words(tmp_path, transcript
     args = script.parse_args(["--out", str(tmp_path), "--num-train", "5", "--num-val", "0", "--num-test", "0",
                               "--min-digits", "6", "--max-digits", "12", "--transcript", transcript])
     variants = {"train": ["m1"], "val": ["f1"], "test": ["m2"]}
-    plans = espeak_corpus.plan_utterances(args, espeak_corpus.load_vocabulary(None), variants)
+    plans = utterance_plans.plan_utterances(args, utterance_plans.load_vocabulary(None), variants)
     assert len(plans) == 5
     for plan in plans:
         words = plan.spoken.split(" ")
-        assert 6 <= len(words) <= 12 and set(words) <= set(espeak_corpus.DIGIT_WORDS.values())
-        digits = "".join({word: digit for digit, word in espeak_corpus.DIGIT_WORDS.items()}[w] for w in words)
+        assert 6 <= len(words) <= 12 and set(words) <= set(utterance_plans.DIGIT_WORDS.values())
+        digits = "".join({word: digit for digit, word in utterance_plans.DIGIT_WORDS.items()}[w] for w in words)
         assert plan.text == (plan.spoken if transcript == "spoken" else digits)
 
 
 def test_audible_span_and_joined_word_times():
     import torch
 
-    from paraformer_asr.data.word_timing import audible_span, draw_pauses, join_words
+    from paraformer_asr_tools.corpus.word_timing import audible_span, draw_pauses, join_words
 
     rate = 16000
     tone = 0.5 * torch.sin(torch.arange(1600) * 0.3)  # 100 ms

@@ -10,7 +10,7 @@ import yaml
 
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
-from paraformer_asr.training.loop import train
+from paraformer_asr.training.launch import train
 
 from asr_helpers import load_script, tiny_raw_config
 

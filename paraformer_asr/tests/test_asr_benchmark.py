@@ -7,7 +7,7 @@ import pytest
 
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
-from paraformer_asr.training.loop import train
+from paraformer_asr.training.launch import train
 
 from asr_helpers import load_script, tiny_raw_config
 
@@ -83,7 +83,7 @@ def test_model_comparison_covers_every_model_method_and_batch_size(tmp_path, cap
 
 
 def test_rows_are_labelled_with_their_units_and_pairs_compare_paraformers_with_ar_models():
-    from paraformer_asr.benchmarks.decoding import paraformer_speedups, units_name
+    from paraformer_asr_tools.benchmarks.decoding import paraformer_speedups, units_name
     from paraformer_asr.data.tokenizer import CharTokenizer
 
     assert units_name(CharTokenizer.build(["ab c"])) == "characters"
@@ -115,7 +115,7 @@ def test_bad_benchmark_arguments_exit_2_with_a_message(capsys):
 
 
 def test_decoding_labels_name_the_ctc_score_for_candidates_and_for_beams():
-    from paraformer_asr.benchmarks.decoding import decoding_label
+    from paraformer_asr_tools.benchmarks.decoding import decoding_label
 
     row = {"method": "beam", "beam_size": 4, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0,
            "count_prior": 0.0, "ctc_score_weight": 0.3, "config_decoding": True}
@@ -126,7 +126,7 @@ def test_decoding_labels_name_the_ctc_score_for_candidates_and_for_beams():
 
 
 def test_rows_name_a_run_by_its_folder_and_a_loose_checkpoint_by_its_file():
-    from paraformer_asr.benchmarks.decoding import run_name
+    from paraformer_asr_tools.benchmarks.decoding import run_name
 
     assert run_name("/runs/20261125_073255_P/checkpoints/best.pt") == "20261125_073255_P"
     assert run_name("/work/exp/tuned.pt") == "tuned.pt"

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from asr_reference import loop_cif_autograd
-from paraformer_asr.benchmarks.cif import loop_cif
 from paraformer_asr.checks import lengths_to_mask
 from paraformer_asr.models.cif import (CifPredictor, cif_integrate, fire_frames, fit_alpha_scale,
                                        inference_token_count)
+from paraformer_asr_tools.benchmarks.cif import loop_cif
 
 
 def _random_case(seed: int, batch=5, frames=60, dim=8, scale=0.9):

@@ -7,7 +7,8 @@ argument name it lists must be a parameter of the code's signature, in the code'
 A bare name is looked up, in this order, as a method of the class of an earlier ``Class.method`` in its cell, of
 the classes the section names (heading first, then the
 prose above the table), in the modules it names (the row's own cell first), then as the one function or class of
-that name in the package. The docstrings are the source; this keeps the doc, the reader's map, from drifting."""
+that name in the package or the tools beside it (paraformer_asr_tools). The docstrings are the source; this
+keeps the doc, the reader's map, from drifting."""
 
 from __future__ import annotations
 
@@ -20,18 +21,23 @@ from pathlib import Path
 import pytest
 
 import paraformer_asr
+import paraformer_asr_tools
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tensor_contracts.md"
 PACKAGE = paraformer_asr.__name__
+TOOLS = paraformer_asr_tools.__name__  # the corpus makers and benchmarks beside the library
 BACKTICKED = re.compile(r"`([^`]+)`")
 IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 
 
 def package_modules() -> dict[str, object]:
-    """Every module of the package by its dotted name (the [serve] and [onnx] extras must be installed)."""
-    modules = {PACKAGE: paraformer_asr}
-    for info in pkgutil.walk_packages(paraformer_asr.__path__, PACKAGE + "."):
-        modules[info.name] = importlib.import_module(info.name)
+    """Every module of the library and the tools by its dotted name (the [serve] and [onnx] extras must be
+    installed)."""
+    modules = {}
+    for package in (paraformer_asr, paraformer_asr_tools):
+        modules[package.__name__] = package
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            modules[info.name] = importlib.import_module(info.name)
     return modules
 
 
@@ -40,7 +46,7 @@ def defined_names(modules: dict[str, object]) -> dict[str, list[object]]:
     index: dict[str, list[object]] = {}
     for module in modules.values():
         for name, value in vars(module).items():
-            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__.startswith(PACKAGE):
+            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__.startswith((PACKAGE, TOOLS)):
                 found = index.setdefault(name, [])
                 if not any(value is other for other in found):
                     found.append(value)
@@ -108,14 +114,16 @@ def split_row(line: str) -> list[str]:
 
 
 def module_names(text: str, modules: dict[str, object]) -> list[str]:
-    """The package modules a piece of text names in backticks: 'models/cif.py', 'decode/' (all of it) or
-    'paraformer_asr.checks'."""
+    """The package modules a piece of text names in backticks: 'models/cif.py', 'decode/' (all of it),
+    'paraformer_asr.checks', or a module of the tools by its path from their package, as in
+    'paraformer_asr_tools/benchmarks/decoding.py'."""
     names = []
     for span in BACKTICKED.findall(text):
         span = span.strip()
         if span.endswith(".py") or span.endswith("/"):
-            dotted = PACKAGE + "." + span.removesuffix(".py").rstrip("/").replace("/", ".")
-        elif span.startswith(PACKAGE + "."):
+            path = span.removesuffix(".py").rstrip("/").replace("/", ".")
+            dotted = path if path == TOOLS or path.startswith(TOOLS + ".") else PACKAGE + "." + path
+        elif span.startswith(PACKAGE + ".") or span.startswith(TOOLS + "."):
             dotted = span
         else:
             continue

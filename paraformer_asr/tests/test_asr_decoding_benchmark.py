@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from paraformer_asr.data.batching import Collator
-from paraformer_asr.benchmarks.decoding import benchmark_decoding
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.training.evaluation import evaluate
+from paraformer_asr_tools.benchmarks.decoding import benchmark_decoding
 
 from asr_helpers import tiny_model
 

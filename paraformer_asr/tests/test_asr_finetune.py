@@ -15,7 +15,8 @@ from paraformer_asr.errors import CheckpointError, ConfigError
 from paraformer_asr.factory import build_model
 from paraformer_asr.training.checkpointing import load_checkpoint
 from paraformer_asr.training.finetune import load_initial_weights
-from paraformer_asr.training.loop import Trainer, train
+from paraformer_asr.training.launch import train
+from paraformer_asr.training.loop import Trainer
 
 from asr_helpers import call_script, tiny_raw_config
 

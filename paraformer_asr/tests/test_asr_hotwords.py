@@ -416,7 +416,7 @@ def service():
 
 
 def post_with_hotwords(url: str, audio: bytes, hotwords: str | None) -> tuple[int, dict]:
-    from paraformer_asr.benchmarks.service_load import loopback_address, request_json
+    from paraformer_asr_tools.benchmarks.service_load import loopback_address, request_json
 
     boundary = uuid.uuid4().hex
     body = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'

@@ -1,5 +1,5 @@
 """Length candidates (models/paraformer.py, decode_length_candidates) and the config's default decoding
-(config.py DecodeConfig, decode/options.py): the batched search against a plain loop for both token extractors
+(config/schema.py DecodeConfig, decode/options.py): the batched search against a plain loop for both token extractors
 (with and without the CTC score), the CTC log-likelihood against a sum over every alignment, padding invariance,
 and the options' resolution and errors."""
 
@@ -312,7 +312,7 @@ def test_an_autoregressive_checkpoint_refuses_length_candidates():
 @pytest.mark.slow
 def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_path):
     from paraformer_asr.cli import run_main
-    from paraformer_asr.training.loop import train
+    from paraformer_asr.training.launch import train
 
     raw = tiny_raw_config(str(tmp_path / "runs"))
     raw["decode"] = {"method": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1}
@@ -373,7 +373,7 @@ def test_tune_decoding_tries_the_spread_it_is_given_and_refuses_one_below_1(tmp_
 def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_path, predictor):
     from paraformer_asr.training.tuning import decoding_grid
     from paraformer_asr.inference import load_model
-    from paraformer_asr.training.loop import train
+    from paraformer_asr.training.launch import train
 
     raw = tiny_raw_config(str(tmp_path / "runs"))
     raw["decode"] = {"tune": True, "method": "beam", "lm_order": 2, "length_candidates": 1}

@@ -12,20 +12,25 @@ import soundfile
 import torch
 
 import paraformer_asr.decode.longform as longform
+import paraformer_asr.decode.longform.reader as window_reader
+import paraformer_asr.decode.longform.transcribe as long_transcribe
 from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import load_audio, open_audio, write_audio
-from paraformer_asr.data.long_recording import join_utterances, noise_floor
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer, build_tokenizer
-from paraformer_asr.decode.longform import (LongFormOptions, TimedUnit, Window, WindowReader, append_in_order,
-                                            energy_profile, has_word_separators, joined_window, judge_pauses,
-                                            local_noise_floor, padded_batches, plan_recording, plan_windows,
-                                            speech_runs, stitch_by_text, stitch_by_times, stitched_windows,
-                                            text_overlap_cut, transcribe_long, window_units)
+from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
+from paraformer_asr.decode.longform.pauses import joined_window, judge_pauses
+from paraformer_asr.decode.longform.plan import Window, plan_recording, plan_windows, stitched_windows
+from paraformer_asr.decode.longform.reader import WindowReader
+from paraformer_asr.decode.longform.stitch import (TimedUnit, append_in_order, stitch_by_text, stitch_by_times,
+                                                   text_overlap_cut, window_units)
+from paraformer_asr.decode.longform.transcribe import has_word_separators, padded_batches
+from paraformer_asr.decode.longform.vad import energy_profile, local_noise_floor, speech_runs
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.factory import build_model
 from paraformer_asr.inference import LoadedModel
+from paraformer_asr_tools.corpus.long_recording import join_utterances, noise_floor
 
 from asr_helpers import PROJECT, load_script, speech_like
 from asr_reference import loop_speech_runs
@@ -183,14 +188,14 @@ def test_a_long_file_is_only_ever_read_window_by_window(tmp_path, monkeypatch):
     path = tmp_path / "long.wav"
     write_audio(path, torch.from_numpy(_tone(seconds, RATE)[0]).float(), RATE)
     reads = []
-    real_read_frames = longform.read_frames
+    real_read_frames = window_reader.read_frames
 
     def recording_read_frames(handle, name, start_frame=0, num_frames=-1):
         reads.append((start_frame, num_frames))
         return real_read_frames(handle, name, start_frame, num_frames)
 
-    monkeypatch.setattr(longform, "read_frames", recording_read_frames)
-    monkeypatch.setattr(longform, "PROFILE_BLOCK_SECONDS", 2.0)
+    monkeypatch.setattr(window_reader, "read_frames", recording_read_frames)
+    monkeypatch.setattr(long_transcribe, "PROFILE_BLOCK_SECONDS", 2.0)
     monkeypatch.setattr("paraformer_asr.data.audio.read_audio", None)  # the whole-file reader must not be used
     loaded = random_loaded_model()
     options = LongFormOptions(segment="windows", chunk_seconds=2.0, overlap_seconds=0.5, batch_windows=2)
@@ -234,7 +239,7 @@ def test_a_word_spanning_a_window_boundary_is_kept_once():
     """Windows [0, 10 s) and [6 s, 16 s), cut at 8 s. 'edge' spans the second window's start (6 s): the second
     window hears only its end, the first all of it. 'cross' spans the cut. 'late' spans the first window's end."""
     spans = [(0, 10 * RATE), (6 * RATE, 16 * RATE)]
-    windows = [longform.Window(i, *entry) for i, entry in enumerate(stitched_windows(spans, "middle", None, HOP,
+    windows = [Window(i, *entry) for i, entry in enumerate(stitched_windows(spans, "middle", None, HOP,
                                                                                       RATE))]
     assert windows[0].keep_end_ms == 8000.0
     first = [unit("a", 1000, 1400), unit("edge", 5800, 6300), unit("cross", 7800, 8300),
@@ -256,7 +261,7 @@ def test_words_in_overlaps_are_neither_doubled_nor_dropped_when_estimates_jitter
         true_words.append((f"w{len(true_words)}", start, end))
         time_ms = end
     spans = plan_windows(60 * RATE, 10 * RATE, 3 * RATE, HOP)
-    windows = [longform.Window(i, *entry) for i, entry in enumerate(stitched_windows(spans, "middle", None, HOP,
+    windows = [Window(i, *entry) for i, entry in enumerate(stitched_windows(spans, "middle", None, HOP,
                                                                                       RATE))]
     seen = []
     for window in windows:
@@ -274,7 +279,7 @@ def test_words_in_overlaps_are_neither_doubled_nor_dropped_when_estimates_jitter
 
 
 def test_a_unit_whose_two_estimates_straddle_the_cut_is_kept_once():
-    windows = [longform.Window(0, 0, 10 * RATE, -math.inf, 8000.0), longform.Window(1, 6 * RATE, 16 * RATE, 8000.0)]
+    windows = [Window(0, 0, 10 * RATE, -math.inf, 8000.0), Window(1, 6 * RATE, 16 * RATE, 8000.0)]
     # kept by both: centres 7990 (first window) and 8010 (second); the mean is past the cut: the second's
     twice = stitch(windows, [[unit("a", 7000, 7500), unit("x", 7800, 8180)], [unit("x", 7820, 8200)]])
     assert [(u.text, u.start_ms) for u in twice] == [("a", 7000), ("x", 7820)]
@@ -320,8 +325,8 @@ def test_text_stitching_finds_the_overlap_by_alignment():
 
 
 def test_text_stitching_appends_windows_that_do_not_overlap_and_merges_those_that_do():
-    windows = [longform.Window(0, 0, 10 * RATE), longform.Window(1, 10 * RATE, 20 * RATE),
-               longform.Window(2, 16 * RATE, 26 * RATE)]
+    windows = [Window(0, 0, 10 * RATE), Window(1, 10 * RATE, 20 * RATE),
+               Window(2, 16 * RATE, 26 * RATE)]
     texts = ["a b c d e".split(), "f g h i j k l".split(), "j k l m n o".split()]
     stitched, count = [], 0
     for index, (window, words) in enumerate(zip(windows, texts)):
@@ -566,7 +571,7 @@ def test_long_form_decoding_keeps_a_phrase_with_an_inner_pause_whole(tmp_path, m
                                               [(0.0, seconds * 1000.0)], score=scores[span]))
         return transcripts, 0.0
 
-    monkeypatch.setattr(longform, "transcribe_batches", stand_in)
+    monkeypatch.setattr(long_transcribe, "transcribe_batches", stand_in)
     judged = transcribe_long(loaded, tmp_path / "two.wav", torch.device("cpu"), options)
     assert (judged.text, judged.num_windows) == ("7 8", 2)
     parted = transcribe_long(loaded, tmp_path / "two.wav", torch.device("cpu"),
@@ -685,7 +690,7 @@ def test_eval_scores_long_recordings_window_by_window(tmp_path, tone_checkpoint,
 def test_measured_peak_memory_is_the_child_process_own():  # not the test process's (torch loaded, hundreds of MB)
     import sys
 
-    from paraformer_asr.benchmarks.long_form import measure_process
+    from paraformer_asr_tools.benchmarks.long_form import measure_process
 
     small = measure_process([sys.executable, "-c", "pass"])
     large = measure_process([sys.executable, "-c", "block = bytearray(300 * 2**20); block[::4096] = b'x' * 76800"])
@@ -696,7 +701,7 @@ def test_measured_peak_memory_is_the_child_process_own():  # not the test proces
 def test_a_failing_timed_run_names_the_command_and_its_error():
     import sys
 
-    from paraformer_asr.benchmarks.long_form import measure_process
+    from paraformer_asr_tools.benchmarks.long_form import measure_process
     from paraformer_asr.errors import DataError
 
     with pytest.raises(DataError, match="exit status 3: boom"):

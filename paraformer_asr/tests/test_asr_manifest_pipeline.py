@@ -19,7 +19,9 @@ from paraformer_asr.cli import run_main
 from paraformer_asr.config import config_from_dict
 from paraformer_asr.data.audio import write_audio
 from paraformer_asr.inference import features_from_waveform, load_model
-from paraformer_asr.training.loop import Trainer, TrainingInterrupted, train
+from paraformer_asr.training.interrupts import TrainingInterrupted
+from paraformer_asr.training.launch import train
+from paraformer_asr.training.loop import Trainer
 
 from asr_helpers import load_script
 

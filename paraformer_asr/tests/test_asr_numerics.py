@@ -133,20 +133,20 @@ def test_a_ctc_warm_up_leaves_the_decoder_loss_out_but_keeps_every_gradient(mode
 
 
 def test_the_training_loop_warms_up_the_ctc_for_the_configured_steps(tmp_path, monkeypatch):
-    from paraformer_asr.training import loop
+    from paraformer_asr.training import launch, steps
 
     scales = []
-    forward = loop.LossModule.forward
+    forward = steps.LossModule.forward
 
     def recording(self, batch, decoder_scale=1.0):
         scales.append(decoder_scale)
         return forward(self, batch, decoder_scale)
 
-    monkeypatch.setattr(loop.LossModule, "forward", recording)
+    monkeypatch.setattr(steps.LossModule, "forward", recording)
     raw = tiny_raw_config(str(tmp_path))
     raw["model"]["ctc_weight"] = 0.3
     raw["train"].update(epochs=1, ctc_warmup_steps=2)
-    loop.train(config_from_dict(raw))
+    launch.train(config_from_dict(raw))
     assert scales == [0.0, 0.0] + [1.0] * (len(scales) - 2) and len(scales) == 6  # 96 utterances, batches of 16
 
 

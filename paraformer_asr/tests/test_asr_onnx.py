@@ -109,7 +109,7 @@ def _train_toy(folder, kind: str):
     """kind: paraformer (the CIF, with a CTC head), paraformer_fsmn (the same with FSMN decoder blocks),
     paraformer_ctc (the CTC token extractor) or transformer_ar (with a CTC head)."""
     from paraformer_asr.config import config_from_dict
-    from paraformer_asr.training.loop import train
+    from paraformer_asr.training.launch import train
 
     raw = tiny_raw_config(str(folder))
     raw["model"]["type"] = "transformer_ar" if kind == "transformer_ar" else "paraformer"
@@ -327,7 +327,7 @@ def test_service_with_the_onnx_backend_answers_as_torch(tone_checkpoint, tmp_pat
     from paraformer_asr.deploy.export import export_checkpoint
     from paraformer_asr.inference import load_model
     from paraformer_asr.serving.app import create_app
-    from paraformer_asr.benchmarks.service_load import loopback_address, multipart_body, request_json
+    from paraformer_asr_tools.benchmarks.service_load import loopback_address, multipart_body, request_json
     from paraformer_asr.serving.settings import ServeSettings
 
     from asr_helpers import served, speech_like

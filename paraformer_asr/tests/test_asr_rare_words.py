@@ -1,6 +1,6 @@
-"""The rare-word test set of hotword biasing (data/speech_corpus.py ``rare_word_set``, make_speech_corpus.py
---rare-words, --rare-train-count): which rare words training speaks and how often, the sound-alike distractors of the
-test split, the manifest's ``hotwords`` field and eval.py's reading of it."""
+"""The rare-word test set of hotword biasing (paraformer_asr_tools/corpus/speech_corpus.py ``rare_word_set``,
+make_speech_corpus.py --rare-words, --rare-train-count): which rare words training speaks and how often, the sound-alike
+distractors of the test split, the manifest's ``hotwords`` field and eval.py's reading of it."""
 
 import json
 import shutil
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from paraformer_asr.data import espeak_corpus
 from paraformer_asr.data.manifest import read_manifest
-from paraformer_asr.data.speech_corpus import (COMMON_FILLERS, DISTRACTOR_SHARE, RARE_CARRIERS, RARE_WORDS,
-                                               load_rare_words, rare_word_set, split_accents)
 from paraformer_asr.errors import ConfigError, DataError
 from paraformer_asr.training.evaluation import manifest_hotwords
+from paraformer_asr_tools.corpus import synthesis, utterance_plans
+from paraformer_asr_tools.corpus.speech_corpus import (COMMON_FILLERS, DISTRACTOR_SHARE, RARE_CARRIERS, RARE_WORDS,
+                                                       load_rare_words, rare_word_set, split_accents)
 
 from asr_helpers import load_script
 
@@ -92,21 +92,21 @@ def test_plans_speak_the_sentences_and_the_manifest_lists_their_hotwords(tmp_pat
                               "--rare-words", "names"])
     corpus = rare_word_set(load_rare_words(args.rare_words), COUNTS, args.rare_train_count, args.seed)
     variants = {"train": ["m1", "f1"], "val": ["f2"], "test": ["m2"]}
-    accents = split_accents(espeak_corpus.ACCENTS, [], [])
-    plans = espeak_corpus.plan_utterances(args, espeak_corpus.load_vocabulary(None), variants, accents,
+    accents = split_accents(utterance_plans.ACCENTS, [], [])
+    plans = utterance_plans.plan_utterances(args, utterance_plans.load_vocabulary(None), variants, accents,
                                           scripted=corpus.sentences)
     for split in COUNTS:
         assert [plan.text for plan in plans if plan.split == split] == corpus.sentences[split]
         assert all(plan.spoken == plan.text for plan in plans)
     test_plans = [plan for plan in plans if plan.split == "test"]
     manifest = tmp_path / "test.jsonl"
-    espeak_corpus.write_manifest(manifest, test_plans, [None] * len(test_plans), corpus.hotwords["test"])
+    synthesis.write_manifest(manifest, test_plans, [None] * len(test_plans), corpus.hotwords["test"])
     for plan in test_plans:  # read_manifest checks that the audio files exist, not what they hold
         (tmp_path / plan.relative_path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / plan.relative_path).touch()
     assert manifest_hotwords(str(manifest)) == {
         f"test_{index:06d}": hotwords for index, hotwords in enumerate(corpus.hotwords["test"])}
-    summary = espeak_corpus.rare_word_summary(args, corpus)
+    summary = synthesis.rare_word_summary(args, corpus)
     assert summary["rare_train_count"] == 3 and len(summary["rare_word_list"]) == 16
     assert summary["rare_word_list"][0] == {"word": "brenner", "distractor": "banner",
                                             "heard_in_training": corpus.heard["brenner"]}

@@ -1,5 +1,5 @@
-"""The real-recordings test set (data/real_recordings.py, scripts/make_real_testset.py) on a fake file system that
-mimics the layout of pocketsphinx-testdata, saytime and klettres-data."""
+"""The real-recordings test set (paraformer_asr_tools/corpus/real_recordings.py, scripts/make_real_testset.py) on a fake
+file system that mimics the layout of pocketsphinx-testdata, saytime and klettres-data."""
 
 import json
 from collections import Counter
@@ -11,9 +11,10 @@ import soundfile
 
 from asr_helpers import call_script
 from paraformer_asr.data.audio import audio_info
-from paraformer_asr.data.real_recordings import (FOLDERS, SOURCES, Clip, find_clips, number_words, saytime_words,
-                                                 sphinx_transcripts, split_selection, tidigits_words)
 from paraformer_asr.errors import DataError
+from paraformer_asr_tools.corpus.real_recordings import (FOLDERS, SOURCES, Clip, find_clips, number_words,
+                                                         saytime_words, sphinx_transcripts, split_selection,
+                                                         tidigits_words)
 
 
 def tone(seconds: float, rate: int) -> np.ndarray:

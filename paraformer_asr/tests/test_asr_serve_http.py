@@ -34,9 +34,9 @@ from paraformer_asr.errors import CheckpointError  # noqa: E402
 from paraformer_asr.inference import features_from_file, load_trained_model  # noqa: E402
 from paraformer_asr.serving.app import create_app  # noqa: E402
 from paraformer_asr.serving.batcher import GreedyTranscriber  # noqa: E402
-from paraformer_asr.benchmarks.service_load import loopback_address, multipart_body, request_json  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
-from paraformer_asr.training.loop import train  # noqa: E402
+from paraformer_asr.training.launch import train  # noqa: E402
+from paraformer_asr_tools.benchmarks.service_load import loopback_address, multipart_body, request_json  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parents[1]
 RATE = 16000

@@ -27,8 +27,8 @@ from paraformer_asr.config import MIN_INPUT_FRAMES  # noqa: E402
 from paraformer_asr.serving import app as app_module  # noqa: E402
 from paraformer_asr.serving.app import create_app, features_from_upload  # noqa: E402
 from paraformer_asr.serving.batcher import GreedyTranscriber  # noqa: E402
-from paraformer_asr.benchmarks.service_load import loopback_address, multipart_body, request_json  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
+from paraformer_asr_tools.benchmarks.service_load import loopback_address, multipart_body, request_json  # noqa: E402
 
 from asr_fuzz import FAST, SLOW, audio_upload, encode, signal  # noqa: E402
 from asr_helpers import PackageLog, served, untrained_audio_model  # noqa: E402

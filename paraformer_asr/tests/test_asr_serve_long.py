@@ -20,10 +20,10 @@ from paraformer_asr.decode.longform import LongFormOptions, LongTranscript  # no
 from paraformer_asr.inference import load_trained_model  # noqa: E402
 from paraformer_asr.serving.app import create_app  # noqa: E402
 from paraformer_asr.serving.batcher import BatcherClosed, MicroBatcher, Recognition  # noqa: E402
-from paraformer_asr.benchmarks.service_load import (loopback_address, multipart_body, request_json,  # noqa: E402
-                                              run_long_upload_scenario)
 from paraformer_asr.serving.long_lane import LaneFull, LongFormLane  # noqa: E402
 from paraformer_asr.serving.settings import ServeSettings  # noqa: E402
+from paraformer_asr_tools.benchmarks.service_load import (loopback_address, multipart_body, request_json,  # noqa: E402
+                                                          run_long_upload_scenario)
 
 from asr_helpers import SPEECH_RATE, served, speech_like  # noqa: E402
 

@@ -1,5 +1,6 @@
-"""The synthetic corpus's phrases, random words and held-out accents (data/speech_corpus.py, make_speech_corpus.py
---phrases, --words, --train-accents, --val-accents, --test-accents, --unheard-orders, --rate-range, --pitch-range)."""
+"""The synthetic corpus's phrases, random words and held-out accents (paraformer_asr_tools/corpus/speech_corpus.py,
+make_speech_corpus.py --phrases, --words, --train-accents, --val-accents, --test-accents, --unheard-orders,
+--rate-range, --pitch-range)."""
 
 import json
 import re
@@ -11,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from paraformer_asr.data import espeak_corpus
 from paraformer_asr.data.manifest import read_manifest
 from paraformer_asr.data.audio import read_audio
-from paraformer_asr.data.speech_corpus import (KEYWORDS, command_phrases, hold_out_phrases, load_phrases, load_words,
-                                               parse_accent_list, phrase_vocabulary, split_accents, unheard_words)
 from paraformer_asr.errors import DataError
+from paraformer_asr_tools.corpus import synthesis, utterance_plans
+from paraformer_asr_tools.corpus.speech_corpus import (KEYWORDS, command_phrases, hold_out_phrases, load_phrases,
+                                                       load_words, parse_accent_list, phrase_vocabulary, split_accents,
+                                                       unheard_words)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 ACCENTS = ["en", "en-us", "en-gb-scotland", "en-029"]
@@ -68,18 +70,18 @@ def test_plans_speak_phrases_with_each_splits_accents(tmp_path):
     script = load_script("make_speech_corpus")
     args = script.parse_args(["--out", str(tmp_path), "--num-train", "200", "--num-val", "40", "--num-test", "60",
                               "--phrases", "commands"])
-    accents = split_accents(espeak_corpus.ACCENTS, ["en-gb-x-gbcwmd"], ["en-gb-scotland", "en-029"])
+    accents = split_accents(utterance_plans.ACCENTS, ["en-gb-x-gbcwmd"], ["en-gb-scotland", "en-029"])
     variants = {"train": ["m1", "f1"], "val": ["f2"], "test": ["m2"]}
-    vocabulary = espeak_corpus.load_vocabulary(None)
-    phrases, held_out = espeak_corpus.phrases_per_split(command_phrases(), None, 0)
+    vocabulary = utterance_plans.load_vocabulary(None)
+    phrases, held_out = utterance_plans.phrases_per_split(command_phrases(), None, 0)
     assert held_out == [] and all(phrases[split] == command_phrases() for split in phrases)
-    plans = espeak_corpus.plan_utterances(args, vocabulary, variants, accents, phrases)
+    plans = utterance_plans.plan_utterances(args, vocabulary, variants, accents, phrases)
     used = {split: {plan.voice.split("+")[0] for plan in plans if plan.split == split} for split in accents}
     assert used["train"] <= set(accents["train"]) and len(used["train"]) >= 4
     assert used["val"] == {"en-gb-x-gbcwmd"} and used["test"] == {"en-gb-scotland", "en-029"}
     assert all(plan.text == plan.spoken and plan.text in command_phrases() for plan in plans)
     assert len({plan.text for plan in plans}) > 100  # phrases drawn across the whole set
-    again = espeak_corpus.plan_utterances(args, vocabulary, variants, accents, phrases)
+    again = utterance_plans.plan_utterances(args, vocabulary, variants, accents, phrases)
     assert again == plans
 
 
@@ -105,19 +107,19 @@ def test_test_split_speaks_only_held_out_phrases_and_lines_carry_the_voice(tmp_p
     args = script.parse_args(["--out", str(tmp_path), "--num-train", "400", "--num-val", "40", "--num-test", "60",
                               "--phrases", "commands", "--test-phrases", "30", "--seed", "2"])
     variants = {"train": ["m1", "f1"], "val": ["f2"], "test": ["m2"]}
-    accents = split_accents(espeak_corpus.ACCENTS, [], ["en-029"])
-    phrases, held_out = espeak_corpus.phrases_per_split(command_phrases(), args.test_phrases, args.seed)
-    plans = espeak_corpus.plan_utterances(args, espeak_corpus.load_vocabulary(None), variants, accents, phrases)
+    accents = split_accents(utterance_plans.ACCENTS, [], ["en-029"])
+    phrases, held_out = utterance_plans.phrases_per_split(command_phrases(), args.test_phrases, args.seed)
+    plans = utterance_plans.plan_utterances(args, utterance_plans.load_vocabulary(None), variants, accents, phrases)
     texts = {split: {plan.text for plan in plans if plan.split == split} for split in ("train", "val", "test")}
     assert texts["test"] <= set(held_out) and len(texts["test"]) > 20
     assert not (texts["train"] | texts["val"]) & set(held_out)
-    espeak_corpus.check_test_words_heard(plans)  # 400 draws speak every test word
+    utterance_plans.check_test_words_heard(plans)  # 400 draws speak every test word
     with pytest.raises(DataError, match="no training utterance speaks: .*raise --num-train"):
-        espeak_corpus.check_test_words_heard([plan for plan in plans if plan.split != "train"][:1] +
+        utterance_plans.check_test_words_heard([plan for plan in plans if plan.split != "train"][:1] +
                                              [plan for plan in plans if plan.split == "test"])
     manifest = tmp_path / "test.jsonl"
     test_plans = [plan for plan in plans if plan.split == "test"]
-    espeak_corpus.write_manifest(manifest, test_plans, [None] * len(test_plans))
+    synthesis.write_manifest(manifest, test_plans, [None] * len(test_plans))
     lines = [json.loads(line) for line in manifest.read_text().splitlines()]
     assert {(line["accent"], line["speaker"]) for line in lines} == {("en-029", "m2")}
 
@@ -173,11 +175,11 @@ def hard_plans(tmp_path, *extra, num_train="1600", num_val="200", num_test="240"
     script = load_script("make_speech_corpus")
     args = script.parse_args(["--out", str(tmp_path), "--num-train", num_train, "--num-val", num_val,
                               "--num-test", num_test, *HARD, *extra])
-    accents = split_accents(espeak_corpus.ACCENTS, parse_accent_list(args.val_accents, "v", espeak_corpus.ACCENTS),
-                            parse_accent_list(args.test_accents, "t", espeak_corpus.ACCENTS),
-                            parse_accent_list(args.train_accents, "r", espeak_corpus.ACCENTS))
-    vocabulary = espeak_corpus.load_vocabulary(args.vocab, args.words)
-    return espeak_corpus.plan_utterances(args, vocabulary, VARIANTS, accents)
+    accents = split_accents(utterance_plans.ACCENTS, parse_accent_list(args.val_accents, "v", utterance_plans.ACCENTS),
+                            parse_accent_list(args.test_accents, "t", utterance_plans.ACCENTS),
+                            parse_accent_list(args.train_accents, "r", utterance_plans.ACCENTS))
+    vocabulary = utterance_plans.load_vocabulary(args.vocab, args.words)
+    return utterance_plans.plan_utterances(args, vocabulary, VARIANTS, accents)
 
 
 def test_built_in_words_and_word_files(tmp_path):
@@ -187,7 +189,7 @@ def test_built_in_words_and_word_files(tmp_path):
     path = tmp_path / "words.txt"
     path.write_text(" apple\n\nbanana \napple\n", encoding="utf-8")
     assert load_words(str(path)) == ["apple", "banana"]
-    assert espeak_corpus.load_vocabulary(None, str(path)) == {"apple": "apple", "banana": "banana"}
+    assert utterance_plans.load_vocabulary(None, str(path)) == {"apple": "apple", "banana": "banana"}
     path.write_text("apple\nice cream\n", encoding="utf-8")
     with pytest.raises(DataError, match="words.txt, line 2: one word per line, got 'ice cream'"):
         load_words(str(path))
@@ -225,7 +227,7 @@ def test_train_accents_narrow_training_and_held_out_accents_never_reach_it(tmp_p
                     "test": {"en-gb-scotland", "en-029", "en-us-nyc"}}
     manifest = tmp_path / "train.jsonl"
     train = [plan for plan in plans if plan.split == "train"]
-    espeak_corpus.write_manifest(manifest, train, [None] * len(train))
+    synthesis.write_manifest(manifest, train, [None] * len(train))
     lines = [json.loads(line) for line in manifest.read_text().splitlines()]
     assert len(lines) == 1600 and {line["accent"] for line in lines} == {"en-us", "en", "en-gb-x-rp"}
     assert {line["speaker"] for line in lines} == {"m1", "f1"}
@@ -241,7 +243,7 @@ def test_unheard_orders_keep_training_and_give_val_and_test_only_unheard_sequenc
     assert len(held_out) == 440 and not {plan.text for plan in held_out} & heard
     assert all(set(plan.text.split()) <= set(KEYWORDS) for plan in held_out)
     assert {plan.accent for plan in held_out if plan.split == "test"} == {"en-gb-scotland", "en-029", "en-us-nyc"}
-    assert espeak_corpus.words_per_utterance(held_out)["4"] > 60  # longer draws are kept
+    assert synthesis.words_per_utterance(held_out)["4"] > 60  # longer draws are kept
     path = tmp_path / "two.txt"
     path.write_text("yes\nno\n", encoding="utf-8")  # 2 single words, both heard in 40 training draws
     with pytest.raises(DataError, match="--unheard-orders: 1000 draws for val utterance 0 all repeat"):

@@ -309,7 +309,7 @@ def browser_checkpoint(chromium, tmp_path_factory) -> Path:
     where there is a Chromium to use it."""
     from paraformer_asr.config import config_from_dict
     from paraformer_asr.data.audio import write_audio
-    from paraformer_asr.training.loop import train
+    from paraformer_asr.training.launch import train
 
     from asr_helpers import tiny_audio_config
 

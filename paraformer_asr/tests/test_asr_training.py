@@ -11,7 +11,8 @@ from paraformer_asr.errors import TrainingError
 from paraformer_asr.factory import build_model
 from paraformer_asr.models.paraformer import Paraformer
 from paraformer_asr.training import loop
-from paraformer_asr.training.loop import Trainer, compile_stacks, scaled_optimizer_step, warmup_cosine
+from paraformer_asr.training.loop import Trainer
+from paraformer_asr.training.steps import compile_stacks, scaled_optimizer_step, warmup_cosine
 from paraformer_asr.training.run_folder import RunFolder, setup_logging
 
 from asr_helpers import tiny_raw_config

@@ -1,5 +1,6 @@
-"""Many synthetic voices (data/voices.py, make_speech_corpus.py --engines, --text, --stretch-range): the voice split
-by speaker across engines, the per-engine commands, festival's batches, the engine draw."""
+"""Many synthetic voices (paraformer_asr_tools/corpus/voices.py, make_speech_corpus.py --engines, --text,
+--stretch-range): the voice split by speaker across engines, the per-engine commands, festival's batches, the engine
+draw."""
 
 import json
 import shutil
@@ -11,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from asr_helpers import load_script
-from paraformer_asr.data import espeak_corpus, voices
-from paraformer_asr.data.speech_corpus import command_phrases, load_text, normalise_transcript
-from paraformer_asr.data.voices import Reading, Voice
 from paraformer_asr.errors import DataError, UserError
+from paraformer_asr_tools.corpus import synthesis, utterance_plans, voices
+from paraformer_asr_tools.corpus.speech_corpus import command_phrases, load_text, normalise_transcript
+from paraformer_asr_tools.corpus.voices import Reading, Voice
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_speech_corpus.py"
 RECORDED = [  # the flite and festival voices of a Debian install (flite; festvox-kallpc16k, -kdlpc16k, -us-slt-hts)
@@ -60,8 +61,8 @@ def test_speaker_behind_a_voice_name():
 def test_planned_utterances_never_share_an_engine_speaker_between_splits(tmp_path):
     args = corpus_args(tmp_path)
     recorded = voices.split_speakers(RECORDED, 0, 0.12, 0.15)
-    phrases = espeak_corpus.phrases_per_split(command_phrases(), None, 0)[0]
-    plans = espeak_corpus.plan_utterances(args, {}, ESPEAK_VARIANTS, None, phrases, recorded)
+    phrases = utterance_plans.phrases_per_split(command_phrases(), None, 0)[0]
+    plans = utterance_plans.plan_utterances(args, {}, ESPEAK_VARIANTS, None, phrases, recorded)
     pairs = {split: {(plan.engine, plan.variant) for plan in plans if plan.split == split}
              for split in ("train", "val", "test")}
     assert not pairs["train"] & pairs["val"] and not pairs["train"] & pairs["test"] and not pairs["val"] & pairs["test"]
@@ -76,13 +77,13 @@ def test_planned_utterances_never_share_an_engine_speaker_between_splits(tmp_pat
         else:
             voice = next(v for v in RECORDED if v.engine == plan.engine and v.name == plan.voice)
             assert (plan.variant, plan.accent) == (voice.speaker, voice.accent)
-    assert espeak_corpus.plan_utterances(args, {}, ESPEAK_VARIANTS, None, phrases, recorded) == plans  # seeded
+    assert utterance_plans.plan_utterances(args, {}, ESPEAK_VARIANTS, None, phrases, recorded) == plans  # seeded
 
 
 def test_espeak_only_plans_are_the_same_with_or_without_an_empty_voice_list(tmp_path):
     args = corpus_args(tmp_path)
-    plain = espeak_corpus.plan_utterances(args, {}, ESPEAK_VARIANTS, None, {s: ["stop"] for s in ESPEAK_VARIANTS})
-    empty = espeak_corpus.plan_utterances(args, {}, ESPEAK_VARIANTS, None, {s: ["stop"] for s in ESPEAK_VARIANTS},
+    plain = utterance_plans.plan_utterances(args, {}, ESPEAK_VARIANTS, None, {s: ["stop"] for s in ESPEAK_VARIANTS})
+    empty = utterance_plans.plan_utterances(args, {}, ESPEAK_VARIANTS, None, {s: ["stop"] for s in ESPEAK_VARIANTS},
                                           {split: [] for split in ESPEAK_VARIANTS})
     assert plain == empty and {plan.engine for plan in plain} == {"espeak"}
     assert {plan.stretch for plan in plain} == {1.0}  # the default --stretch-range draws no stretch
@@ -90,12 +91,12 @@ def test_espeak_only_plans_are_the_same_with_or_without_an_empty_voice_list(tmp_
 
 def test_stretch_is_drawn_from_its_range_and_played_at_a_rounded_rate(tmp_path):
     args = corpus_args(tmp_path, "--stretch-range", "0.9", "1.1", num_val="0", num_test="0")
-    stretches = [plan.stretch for plan in espeak_corpus.plan_utterances(args, {}, ESPEAK_VARIANTS, None,
+    stretches = [plan.stretch for plan in utterance_plans.plan_utterances(args, {}, ESPEAK_VARIANTS, None,
                                                                          {"train": ["stop"]})]
     assert 0.9 <= min(stretches) < 0.92 and 1.08 < max(stretches) <= 1.1
-    assert espeak_corpus.played_rate(22050, 1.0) == 22050  # unstretched: the engine's own rate, no rounding
-    assert espeak_corpus.played_rate(16000, 1.1) == 14500 and espeak_corpus.played_rate(8000, 0.9) == 8900
-    assert abs(16000 / espeak_corpus.played_rate(16000, 1.07) - 1.07) < 0.004
+    assert synthesis.played_rate(22050, 1.0) == 22050  # unstretched: the engine's own rate, no rounding
+    assert synthesis.played_rate(16000, 1.1) == 14500 and synthesis.played_rate(8000, 0.9) == 8900
+    assert abs(16000 / synthesis.played_rate(16000, 1.07) - 1.07) < 0.004
 
 
 def test_engine_commands_carry_rate_pitch_and_voice():
@@ -123,14 +124,14 @@ def test_festival_script_reads_every_utterance_of_one_voice_in_one_program():
 def test_festival_batches_group_each_voice_and_cover_every_utterance_once(tmp_path, monkeypatch):
     args = corpus_args(tmp_path, num_train="400", num_val="0", num_test="0")
     festival = [voice for voice in RECORDED if voice.engine == "festival"]
-    plans = espeak_corpus.plan_utterances(args, {}, {"train": ["m1"]}, None, {"train": ["stop"]},
+    plans = utterance_plans.plan_utterances(args, {}, {"train": ["m1"]}, None, {"train": ["stop"]},
                                           {"train": festival})
-    batches = espeak_corpus.festival_batches(plans)
+    batches = synthesis.festival_batches(plans)
     per_voice = Counter(plan.voice for plan in plans if plan.engine == "festival")
     assert len(batches) == len(per_voice) == 3 and all(len({plan.voice for plan in b}) == 1 for b in batches)
     assert sorted(p.index for b in batches for p in b) == sorted(p.index for p in plans if p.engine == "festival")
-    monkeypatch.setattr(espeak_corpus, "FESTIVAL_BATCH", 40)  # a long voice is read by several processes
-    batches = espeak_corpus.festival_batches(plans)
+    monkeypatch.setattr(synthesis, "FESTIVAL_BATCH", 40)  # a long voice is read by several processes
+    batches = synthesis.festival_batches(plans)
     assert all(len(b) <= 40 for b in batches) and len(batches) == sum(-(-n // 40) for n in per_voice.values())
     assert [p for b in batches for p in b if p.voice == "ked_diphone"] == \
         [p for p in plans if p.voice == "ked_diphone"]  # in plan order

@@ -40,7 +40,7 @@ def add_backend_arguments(parser) -> None:
 
 
 def add_long_form_arguments(parser) -> None:
-    """The options of long-form decoding (decode/longform.py), shared by infer.py, eval.py and serve.py."""
+    """The options of long-form decoding (decode/longform/), shared by infer.py, eval.py and serve.py."""
     defaults = LongFormOptions()
     group = parser.add_argument_group("long recordings (decoded window by window; docs/architecture.md)")
     group.add_argument("--chunk-seconds", type=float, default=defaults.chunk_seconds,

@@ -35,7 +35,7 @@ def transcribe_inputs(loaded: LoadedModel, device: torch.device, inputs: list[st
                       window_progress: Callable[[str], Callable[[int, int], None] | None] | None = None) -> list[dict]:
     """One result per input file, then per toy item (the first ``toy_count`` of ``toy_split``), in order:
     {"audio", "text"} and, when ``timed`` (Paraformer only: ConfigError otherwise), "tokens" and "words" with
-    their times, decoded as ``decoding`` says (decode/options.py). Audio longer than ``options.chunk_seconds`` is decoded window by window (decode/longform.py),
+    their times, decoded as ``decoding`` says (decode/options.py). Audio longer than ``options.chunk_seconds`` is decoded window by window (decode/longform/),
     ``window_progress(name)`` giving its progress callback; the rest in batches of ``batch_size``."""
     if timed:
         require_timestamps(loaded.model)

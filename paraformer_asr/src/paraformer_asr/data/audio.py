@@ -124,7 +124,7 @@ def audio_info(source: AudioSource, name: str | None = None) -> AudioInfo:
 def read_frames(handle: soundfile.SoundFile, name: str, start_frame: int = 0, num_frames: int = -1) -> torch.Tensor:
     """Decode ``num_frames`` frames (-1 = to the end) from ``start_frame`` of an open file -> [C, N] float32."""
     try:
-        if handle.tell() != start_frame:  # an open file may be read again and again (decode/longform.py)
+        if handle.tell() != start_frame:  # an open file may be read again and again (decode/longform/reader.py)
             handle.seek(start_frame)
         frames = handle.read(num_frames, dtype="float32", always_2d=True)  # [N, C]
     except (soundfile.SoundFileError, RuntimeError) as err:

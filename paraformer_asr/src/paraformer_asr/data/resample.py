@@ -19,9 +19,9 @@ times faster, treat its samples as recorded at ``round(sample_rate * factor)`` H
 ``sample_rate``. The result is about ``N / factor`` samples long and every frequency is multiplied by ``factor``
 (tempo and pitch change together).
 
-Resampling a long recording block by block (decode/longform.py) gives the same samples as resampling it whole when
-each block starts at an input sample that is a multiple of ``down`` (its outputs then fall on the whole signal's
-output grid) and carries ``resample_reach`` extra input samples on each side (the kernel's reach).
+Resampling a long recording block by block (decode/longform/reader.py) gives the same samples as resampling it
+whole when each block starts at an input sample that is a multiple of ``down`` (its outputs then fall on the whole
+signal's output grid) and carries ``resample_reach`` extra input samples on each side (the kernel's reach).
 :class:`StreamingResampler` does the same for a signal that arrives in pieces (the service's ``/stream``).
 
 Contracts:

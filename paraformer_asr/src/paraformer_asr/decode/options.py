@@ -1,7 +1,7 @@
 """The decoding options shared by eval.py, infer.py and serve.py: one dataclass and one argparse helper, so that
 every decoding eval.py can score, infer.py and the service can run.
 
-An option left unset (None) comes from the checkpoint's ``decode`` config section (config.py, DecodeConfig), so a
+An option left unset (None) comes from the checkpoint's ``decode`` config section (config/schema.py, DecodeConfig), so a
 config can ship the decoding its model was measured with; a flag overrides it. The hotword list is the run's or the
 request's, never a checkpoint's.
 """

@@ -96,8 +96,8 @@ class ParaformerDecoding:
         :meth:`decode_length_candidates` with spread k, ``count_prior`` and ``ctc_score_weight``. The score is the
         hypothesis's decoder log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at
         least 1), with candidates less the count prior's term and plus the CTC term: what the length candidates are
-        chosen by, and what long-form decoding compares when it judges a pause (decode/longform.py); the hotword
-        bonuses of the phrases a hypothesis completes are part of it.
+        chosen by, and what long-form decoding compares when it judges a pause (decode/longform/pauses.py); the
+        hotword bonuses of the phrases a hypothesis completes are part of it.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
         if length_candidates > 0:
             return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,

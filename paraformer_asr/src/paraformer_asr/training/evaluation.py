@@ -152,7 +152,7 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
                        method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
                        length_candidates: int = 0, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
                        hotwords=None, lexicon=None, progress=None) -> tuple[dict, list[dict]]:
-    """Score recordings decoded window by window (decode/longform.py), each on its own.
+    """Score recordings decoded window by window (decode/longform/), each on its own.
 
     -> (scores: the keys of :func:`evaluate` (hypothesis token ids re-encoded from the stitched text) with
     rtf = wall seconds of reading, features and decoding / seconds of audio, plus ``windows`` and, for a

@@ -1,10 +1,8 @@
-"""The training loop.
-
-``train(cfg)`` / ``train(None, resume=RUN_DIR_OR_CKPT)`` / ``train(cfg, init_from=CKPT)`` (fine-tuning,
-training/finetune.py) -> run folder path. AdamW, linear warmup
+"""The training loop: ``Trainer(cfg, run, data, state, ctx).fit()`` -> the run folder. AdamW, linear warmup
 then cosine decay (LambdaLR stepped after the optimizer), gradient clipping, torch.amp autocast
 + GradScaler, gradient accumulation, a NaN guard, validation each epoch, atomic checkpoints with
-every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and stop.
+every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and stop. ``train`` (training/launch.py)
+sets a run up and calls it.
 """
 
 from __future__ import annotations
@@ -13,138 +11,37 @@ import hashlib
 import logging
 import math
 import os
-import random
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from paraformer_asr.config import Config, config_from_dict
+from paraformer_asr.config import Config
 from paraformer_asr.data.batching import Collator
-from paraformer_asr.data.setup import DataBundle, build_data, make_loader, tokenizer_for, training_transcripts
-from paraformer_asr.data.tokenizer import Tokenizer, tokenizer_from_dict
-from paraformer_asr.errors import CheckpointError, ConfigError, TrainingError
+from paraformer_asr.data.setup import DataBundle, make_loader
+from paraformer_asr.data.tokenizer import Tokenizer
+from paraformer_asr.errors import CheckpointError, TrainingError
 from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
 from paraformer_asr.training.tuning import grid_table, refuse_test_set, tune_checkpoint
 from paraformer_asr.factory import build_model, count_parameters
-from paraformer_asr.runtime import apply_num_threads, resolve_device
-from paraformer_asr.training.distributed import (DistContext, all_reduce_sum, barrier, broadcast_object,
-                                                 init_distributed, shutdown)
-from paraformer_asr.training.checkpointing import (BestCheckpoints, capture_rng_state, load_checkpoint,
-                                                   resolve_checkpoint_path, restore_rng_state, save_checkpoint)
+from paraformer_asr.runtime import resolve_device
+from paraformer_asr.training.distributed import DistContext, all_reduce_sum, barrier, broadcast_object
+from paraformer_asr.training.checkpointing import (BestCheckpoints, capture_rng_state, restore_rng_state,
+                                                   save_checkpoint)
 from paraformer_asr.training.evaluation import evaluate
-from paraformer_asr.training.finetune import load_initial_weights
+from paraformer_asr.training.interrupts import StopFlag, TrainingInterrupted
 from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
-from paraformer_asr.training.run_folder import LOGGER_NAME, RunFolder, setup_logging
+from paraformer_asr.training.progress import EpochSums, Progress
+from paraformer_asr.training.run_folder import LOGGER_NAME, RunFolder
+from paraformer_asr.training.steps import LossModule, compile_stacks, scaled_optimizer_step, warmup_cosine
 
 # Drawing both plots takes about a second on a slow CPU: a run redraws them after its last epoch and after any
 # epoch that ends this long after the last drawing (every epoch of a real training, not every second of a toy one).
 PLOT_INTERVAL_SECONDS = 30.0
-RESUME_OR_INIT = ("--init-from starts a new run from a checkpoint's weights and --resume continues a run: give one "
-                  "of them")
-
-
-def compile_stacks(model: torch.nn.Module, backend: str) -> None:
-    """torch.compile the encoder and decoder in place (state_dict keys unchanged). The CIF predictor
-    stays eager: its token count is data-dependent."""
-    for stack in (model.encoder, model.decoder):  # every model has both (models/interface.py)
-        stack.compile(backend=backend, dynamic=True)
-
-
-class TrainingInterrupted(Exception):
-    """Raised after SIGINT/SIGTERM once last.pt is saved; carries the signal and the run folder."""
-
-    def __init__(self, signum: int, run_dir: Path):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-        self.run_dir = run_dir
-
-
-def scaled_optimizer_step(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer,
-                          scheduler: torch.optim.lr_scheduler.LRScheduler) -> bool:
-    """The gradient scaler's optimizer step, then the learning-rate schedule's only where the optimizer really stepped.
-    With fp16 the scaler skips a step whose gradients hold inf or NaN and lowers its scale (its first steps often do);
-    the schedule must not run ahead of the updates. -> whether the optimizer stepped (always, without a scaler)."""
-    scale = scaler.get_scale()  # 1.0 when the scaler is disabled
-    scaler.step(optimizer)
-    scaler.update()
-    stepped = scaler.get_scale() >= scale  # a skipped step lowers the scale
-    if stepped:
-        scheduler.step()
-    return stepped
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def warmup_cosine(warmup_steps: int, total_steps: int, floor: float = 0.01):
-    """LR multiplier: linear warmup to 1 over ``warmup_steps``, cosine decay to ``floor`` at ``total_steps``."""
-
-    def multiplier(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return multiplier
-
-
-@dataclass
-class EpochSums:
-    """Running sums of the current epoch (saved in checkpoints so a resumed epoch reports the same means)."""
-
-    loss: float = 0.0
-    terms: dict = field(default_factory=dict)
-    batches: int = 0
-    skipped: int = 0
-
-
-@dataclass
-class Progress:
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    global_step: int = 0
-    sums: EpochSums = field(default_factory=EpochSums)
-
-
-class StopFlag:
-    """Records SIGINT/SIGTERM so the loop can stop at a step boundary."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict = {}
-
-    def install(self) -> None:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._handle)
-
-    def uninstall(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum, frame) -> None:
-        self.signum = signum
-
-
-class LossModule(torch.nn.Module):
-    """Wraps a model so that its ``compute_loss`` runs through ``forward`` (what DistributedDataParallel
-    needs to synchronise gradients). forward(batch, decoder_scale) -> (total loss, dict of detached loss terms)."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, batch, decoder_scale: float = 1.0) -> tuple[torch.Tensor, dict]:
-        out = self.model.compute_loss(batch, decoder_scale)
-        return out.total, out.terms
 
 
 class Trainer:
@@ -494,48 +391,3 @@ class Trainer:
         titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(tokens[i, :lengths[i]])}'"
                   for i in range(count)]
         plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
-
-
-def train(cfg: Config | None, resume: str | Path | None = None, init_from: str | Path | None = None) -> Path:
-    """Train from ``cfg`` in a new run folder, or resume the run holding ``resume`` (a run folder or a
-    checkpoint), or fine-tune: train from ``cfg`` in a new run folder starting from the weights, tokenizer and
-    normaliser of the checkpoint ``init_from`` (a run folder means its best.pt; training/finetune.py). Returns the run
-    folder. Raises UserError subclasses for user mistakes and TrainingInterrupted after SIGINT/SIGTERM (last.pt
-    saved). Under torchrun every process calls this; only rank 0 writes the run folder."""
-    state = initial = None
-    if resume is not None and init_from is not None:
-        raise ConfigError(RESUME_OR_INIT)
-    if init_from is not None:
-        initial, init_path = load_initial_weights(cfg, init_from)  # checked before a run folder is made
-    if resume is not None:
-        path = resolve_checkpoint_path(resume)
-        state = load_checkpoint(path)
-        if "progress" not in state:
-            raise CheckpointError(f"{path} holds no training state (optimizer, progress); cannot resume from it")
-        cfg = config_from_dict(state["config"])
-    ctx = init_distributed(use_cuda=resolve_device(cfg.run.device).type == "cuda")
-    try:
-        if resume is not None:
-            run = RunFolder(path.parent.parent)
-        else:
-            run = RunFolder(broadcast_object(str(RunFolder.create(cfg).path) if ctx.is_main else None, ctx))
-        setup_logging(run.path / "train.log" if ctx.is_main else None, quiet=not ctx.is_main)
-        apply_num_threads(cfg.run.num_threads)
-        seed_everything(cfg.run.seed)
-        kept = state if state is not None else initial  # the checkpoint whose tokenizer and normaliser the run keeps
-        if kept is not None:
-            tokenizer = tokenizer_from_dict(kept["tokenizer"])
-        else:  # learned once, on rank 0, and sent to the other ranks
-            learned = tokenizer_for(cfg, training_transcripts(cfg)).to_dict() if ctx.is_main else None
-            tokenizer = tokenizer_from_dict(broadcast_object(learned, ctx))
-        data = build_data(cfg, tokenizer, kept["normalizer"] if kept is not None else None)
-        if ctx.is_main:
-            run.write_tokenizer(data.tokenizer.to_dict())
-        trainer = Trainer(cfg, run, data, state, ctx)
-        if initial is not None:
-            trainer.initialise_from(initial["model"], init_path)
-        result = trainer.fit()
-        barrier(ctx)  # tear the group down only once every rank is done: gloo can abort otherwise
-        return result
-    finally:
-        shutdown(ctx)

@@ -30,8 +30,8 @@ import numpy as np
 import soundfile
 
 from paraformer_asr.errors import ConfigError
-from paraformer_asr.benchmarks.service_load import (loopback_address, multipart_body, percentile, request_json,
-                                              send_uploads, server_health)
+from paraformer_asr_tools.benchmarks.service_load import (loopback_address, multipart_body, percentile, request_json,
+                                                          send_uploads, server_health)
 
 GOOD_OK = "good: 200, text as alone"
 GOOD_LOST = "good LOST"

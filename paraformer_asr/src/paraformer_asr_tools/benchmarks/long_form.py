@@ -1,9 +1,10 @@
-"""Time and peak memory of transcribing long recordings with ``scripts/infer.py``, one process per recording.
+"""Time and peak memory of transcribing long recordings as ``scripts/infer.py`` does, one process per recording.
 
-Each recording is transcribed by a fresh ``python scripts/infer.py --checkpoint CKPT RECORDING [infer options]``
-(start-up and model loading included, as a user would see it); its wall time comes from the clock and its peak
-resident memory from ``os.wait4``'s resource usage of that process alone, both taken by a small launcher process. The load average is read before and
-after each run: the machine may be shared.
+Each recording is transcribed by a fresh ``python -m paraformer_asr_tools.benchmarks.long_form --checkpoint CKPT
+RECORDING [infer options]``, which makes infer.py's library calls (``load_model``, then ``transcribe_inputs``) with
+its backend, decoding and long-form options (start-up and model loading included, as a user would see it); its wall
+time comes from the clock and its peak resident memory from ``os.wait4``'s resource usage of that process alone, both
+taken by a small launcher process. The load average is read before and after each run: the machine may be shared.
 
 Contract:
     measure_process(argv) -> {"wall_s", "peak_rss_mb", "exit_status"}
@@ -11,10 +12,12 @@ Contract:
         row: recording, audio_s, wall_s (median of the repeats), rtf (wall_s / audio_s), peak_rss_mb (largest),
              load_before, load_after, walls (every repeat)
     markdown_rows(rows) -> Markdown table
+    transcribe_recordings(argv) -> exit status: the measured command (this module run with -m)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -23,10 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from paraformer_asr.cli import add_backend_arguments, parse_decoding_arguments, run_main
 from paraformer_asr.data.audio import audio_info
 from paraformer_asr.errors import DataError
-
-INFER_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "infer.py"
+from paraformer_asr.inference import load_model
+from paraformer_asr.transcribe import transcribe_inputs
 
 
 # A bare Python process between the caller and the measured command. Linux carries the largest resident size of a
@@ -65,7 +69,7 @@ def benchmark_recordings(checkpoint: str, recordings: list[str], infer_args: tup
     rows = []
     for recording in recordings:
         audio_s = audio_info(recording).duration_s
-        argv = [sys.executable, str(INFER_SCRIPT), "--checkpoint", str(checkpoint), str(recording), *infer_args]
+        argv = [sys.executable, "-m", __name__, "--checkpoint", str(checkpoint), str(recording), *infer_args]
         load_before = os.getloadavg()[0]
         runs = [measure_process(argv) for _ in range(repeats)]
         wall = statistics.median(run["wall_s"] for run in runs)
@@ -82,3 +86,23 @@ def markdown_rows(rows: list[dict]) -> str:
     lines += [f"| {Path(row['recording']).name} | {row['audio_s'] / 60:.1f} | {row['wall_s']:.1f} | {row['rtf']:.4f} "
               f"| {row['peak_rss_mb']:.0f} | {row['load_before']:.1f} / {row['load_after']:.1f} |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def transcribe_recordings(argv: list[str] | None = None) -> int:
+    """The measured command: audio files transcribed as ``scripts/infer.py`` transcribes them (``load_model``, then
+    ``transcribe_inputs``), with its backend, decoding and long-form options and ``--timestamps``; one transcript a
+    line."""
+    parser = argparse.ArgumentParser(description="transcribe recordings as scripts/infer.py does (the command the "
+                                                 "long-form benchmark times)")
+    add_backend_arguments(parser)
+    parser.add_argument("inputs", nargs="+", help="audio files")
+    parser.add_argument("--timestamps", action="store_true", help="decode token and word times too")
+    args, options, decoding = parse_decoding_arguments(parser, argv)
+    loaded, device = load_model(args.checkpoint, args.backend, args.device, args.num_threads)
+    for result in transcribe_inputs(loaded, device, args.inputs, options, decoding=decoding, timed=args.timestamps):
+        print(result["text"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(transcribe_recordings))

@@ -16,8 +16,8 @@ Three packages hold recordings whose words are known:
   letter (the ``ch`` and ``th`` sounds) are not words and are left out.
 
 Each clip becomes a 16 kHz mono WAV and a manifest line ``{"audio", "text", "id", "source", "speaker"}`` with the
-transcript as lower-case words (:func:`~paraformer_asr.data.speech_corpus.normalise_transcript`). Part of the clips
-is set aside for choosing models (:func:`split_selection`), the rest is the test set.
+transcript as lower-case words (:func:`~paraformer_asr_tools.corpus.speech_corpus.normalise_transcript`). Part of the
+clips is set aside for choosing models (:func:`split_selection`), the rest is the test set.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import soundfile
 import torch
 
 from paraformer_asr.data.audio import to_mono, write_audio
-from paraformer_asr.data.speech_corpus import normalise_transcript
 from paraformer_asr.errors import DataError
+from paraformer_asr_tools.corpus.speech_corpus import normalise_transcript
 
 SAMPLE_RATE = 16000
 SOURCES = ("pocketsphinx-testdata", "saytime", "klettres-data")

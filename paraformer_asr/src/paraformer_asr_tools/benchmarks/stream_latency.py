@@ -2,7 +2,7 @@
 transcript shows, how long after speech ends the final one comes, and the real-time factor of each chunk; decoded
 directly on one thread, and through the service's WebSocket (/stream) by concurrent clients.
 
-Speech start and end: the audible span of each recording (data/word_timing.py, ``audible_span``: within 35 dB of its
+Speech start and end: the audible span of each recording (corpus/word_timing.py, ``audible_span``: within 35 dB of its
 loudest 5 ms). A recording is fed in pieces of ``piece_ms``, piece k complete at audio time a_k (its end).
 
 Direct (:func:`direct_latency`): the pieces go through ``StreamingFeatures`` and a ``StreamingRecognizer`` on the
@@ -46,13 +46,13 @@ from urllib.parse import urlencode
 
 import torch
 
-from paraformer_asr.benchmarks.service_load import percentile
 from paraformer_asr.data.setup import make_frontend
-from paraformer_asr.data.word_timing import audible_span
 from paraformer_asr.decode.streaming import StreamingFeatures, StreamingRecognizer, chunk_frames
 from paraformer_asr.decode.timestamps import frame_clock
 from paraformer_asr.errors import DataError
 from paraformer_asr.inference import LoadedModel
+from paraformer_asr_tools.benchmarks.service_load import percentile
+from paraformer_asr_tools.corpus.word_timing import audible_span
 
 FULL_CONTEXT_PIECE_MS = 600.0  # pieces of a full-context stream when no --piece-ms is given
 SERVE_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "serve.py"
