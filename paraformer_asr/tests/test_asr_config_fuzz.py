@@ -1,5 +1,6 @@
-"""Generated mutations of every shipped config (configs/*.yaml): a value of the wrong type, an unknown key, or a
-number out of range (negative, NaN, infinite) is refused with a ConfigError naming the key, never a traceback.
+"""Generated mutations of every shipped config (configs/*.yaml, its bases merged in): a value of the wrong type, an
+unknown key, or a number out of range (negative, NaN, infinite) is refused with a ConfigError naming the key, never
+a traceback.
 
 Every numeric setting of the package is non-negative, so a negative, NaN or infinite value is always out of range.
 """
@@ -12,17 +13,16 @@ import typing
 from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paraformer_asr.config import Config, config_from_dict
+from paraformer_asr.config import Config, config_from_dict, read_config_mapping
 from paraformer_asr.errors import ConfigError
 
 from asr_fuzz import FAST, SLOW
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
-SHIPPED = {path.name: yaml.safe_load(path.read_text(encoding="utf-8")) for path in CONFIGS}
+SHIPPED = {path.name: read_config_mapping(path) for path in CONFIGS}
 
 
 def leaf_fields(cls: type = Config, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], typing.Any]]:

@@ -1,6 +1,10 @@
 """Reading a config: YAML or a plain mapping -> Config, with ``--set section.key=value`` overrides applied to the
 raw mapping first and every value checked against its key's type (unknown keys and wrong types raise
-ConfigError naming the key); validation.py then checks ranges and cross-field rules."""
+ConfigError naming the key); validation.py then checks ranges and cross-field rules.
+
+A config file may name another as its base (``base: ../base/paraformer.yaml``, relative to the file that names
+it): the base's mapping, itself read with its own base, is merged under the file's keys, section by section
+(a key the file sets wins; a list or a scalar replaces the base's whole; a mapping is merged key by key)."""
 
 from __future__ import annotations
 
@@ -125,17 +129,63 @@ def config_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
     return validate(_build(Config, raw, ""))
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config file, apply overrides, validate. Raises ConfigError naming file or key."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+BASE_KEY = "base"
+
+
+def _merge_under(base: dict, own: dict) -> dict:
+    """``own`` merged over ``base``, recursively: a key of ``own`` wins, except that two mappings are merged key by
+    key; lists and scalars replace the base's whole. Neither argument is changed."""
+    merged = copy.deepcopy(base)
+    for key, value in own.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge_under(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _read_yaml_mapping(path: Path) -> dict:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
-    return config_from_dict(raw or {}, overrides)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path} must be a mapping of sections, got {type(raw).__name__}")
+    return raw
+
+
+def read_config_mapping(path: str | Path) -> dict:
+    """The raw mapping of a config file with its chain of ``base`` files merged under it (nothing checked yet).
+    A missing file, a ``base`` that is not a file name, or a chain that comes back to a file raise ConfigError
+    naming the file."""
+    return _read_with_bases(Path(path), named_by=())
+
+
+def _read_with_bases(path: Path, named_by: tuple[Path, ...]) -> dict:
+    """``path``'s mapping over its bases; ``named_by``: the files (resolved) whose base chain led to it."""
+    if not path.is_file():
+        base_of = f" (the base of {named_by[-1]})" if named_by else ""
+        raise ConfigError(f"config file not found: {path}{base_of}")
+    if path.resolve() in named_by:
+        chain = " -> ".join(str(file) for file in named_by + (path.resolve(),))
+        raise ConfigError(f"config file {path}: its base chain comes back to it ({chain})")
+    raw = _read_yaml_mapping(path)
+    base = raw.pop(BASE_KEY, None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"config file {path}: '{BASE_KEY}' must be the path of another config file relative to "
+                          f"it, got {base!r}")
+    return _merge_under(_read_with_bases(path.parent / base, named_by + (path.resolve(),)), raw)
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config file and its bases, apply overrides, validate. Raises ConfigError naming file or key."""
+    return config_from_dict(read_config_mapping(path), overrides)
 
 
 def save_config(cfg: Config, path: str | Path) -> None:
+    """Write the resolved config, every key with its value (bases merged, overrides applied), with no ``base``."""
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8")
