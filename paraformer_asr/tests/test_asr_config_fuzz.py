@@ -97,8 +97,8 @@ def check_refused(case: tuple[str, dict, str]) -> None:
     assert named, (name, key, str(refused.value))
 
 
-SHIPPED_NAMES = {"paraformer_numbers.yaml", "paraformer_speech.yaml", "paraformer_streaming.yaml",
-                 "paraformer_toy.yaml", "quick.yaml", "transformer_ar_numbers.yaml", "transformer_ar_speech.yaml",
+SHIPPED_NAMES = {"paraformer_librispeech.yaml", "paraformer_numbers.yaml", "paraformer_speech.yaml",
+                 "paraformer_streaming.yaml", "paraformer_toy.yaml", "quick.yaml", "transformer_ar_numbers.yaml", "transformer_ar_speech.yaml",
                  "transformer_ar_toy.yaml"}
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from paraformer_asr.cli import run_main
+from paraformer_asr.config import load_config
 from paraformer_asr.data.audio import load_audio, write_audio
 from paraformer_asr.data.corpora import prepare_kaldi, prepare_librispeech
 from paraformer_asr.data.frontend import LogMelFrontend
@@ -13,7 +14,7 @@ from paraformer_asr.data.manifest import ManifestDataset, read_manifest
 from paraformer_asr.data.tokenizer import CharTokenizer
 from paraformer_asr.errors import DataError
 
-from asr_helpers import load_script
+from asr_helpers import PROJECT, load_script
 
 RATE = 16000
 
@@ -182,3 +183,17 @@ def test_prepare_corpus_script(librispeech, tmp_path, capsys):
     assert err.startswith("error: dev-clean: 1 of 1 utterances cannot be used") and "Traceback" not in err
     assert run_main(script.main, ["kaldi", str(tmp_path / "nowhere"), "--out", str(tmp_path / "m")]) == 2
     assert "corpus folder not found" in capsys.readouterr().err
+
+
+def test_the_librispeech_config_reads_the_manifests_prepare_corpus_writes(librispeech, tmp_path, monkeypatch, capsys):
+    librispeech_subset(librispeech, "test-clean", {(61, 70968): ["HE BEGAN A CONFUSED COMPLAINT"]})
+    monkeypatch.chdir(tmp_path)  # the config's paths are relative to the working directory, as configs/README.md runs
+    script = load_script("prepare_corpus")
+    assert run_main(script.main, ["librispeech", str(librispeech), "--out", "data/librispeech"]) == 0
+    written = {json.loads(line)["manifest"] for line in capsys.readouterr().out.splitlines()}
+    cfg = load_config(PROJECT / "configs" / "paraformer_librispeech.yaml")
+    assert cfg.model.type == "paraformer" and cfg.data.kind == "manifest"
+    named = [cfg.data.train_manifest, cfg.data.val_manifest, cfg.data.test_manifest]
+    assert named == ["data/librispeech/train-clean-100.jsonl", "data/librispeech/dev-clean.jsonl",
+                     "data/librispeech/test-clean.jsonl"]
+    assert set(named) == written and all((tmp_path / path).is_file() for path in named)
