@@ -1,14 +1,16 @@
-"""docs/tensor_contracts.md names only functions and classes that exist, with arguments they take.
+"""docs/tensor_contracts.md names only functions and classes that exist, each with its whole signature.
 
-Every backticked call in a heading or in the first column of a table (``name(a, b=1)``, ``Class.method(a)``, ``Class(a)(call)``,
-``Class(a).method(b)``; what follows `` -> `` is the result and is not read) is looked up in the package and each
-argument name it lists must be a parameter of the code's signature, in the code's order (a literal such as
-``"B,T,D"`` stands for its parameter's position and is not checked; ``*args`` / ``**kw`` need a variadic parameter).
-A bare name is looked up, in this order, as a method of the class of an earlier ``Class.method`` in its cell, of
-the classes the section names (heading first, then the
-prose above the table), in the modules it names (the row's own cell first), then as the one function or class of
-that name in the package or the tools beside it (paraformer_asr_tools). The docstrings are the source; this
-keeps the doc, the reader's map, from drifting."""
+Every backticked call in a heading or in the first column of a table (``name(a, b=1)``, ``Class.method(a)``,
+``Class(a)(call)``, ``Class(a).method(b)``; what follows `` -> `` is the result and is not read) is looked up in the
+package, and the arguments it lists must be the parameters of the code's signature, every one of them, in the code's
+order: none missing (``self`` / ``cls`` aside; keyword-only parameters with defaults too, so that the doc shows
+every option a caller has), none that the code lacks, no ``...`` in their place. A literal such as ``"B,T,D"`` stands
+for the parameter at its position; ``*args`` / ``**kw`` stand for the variadic parameters and need them; a bare
+``*`` marks where the keyword-only parameters start. A bare name is looked up, in this order, as a method of the
+class of an earlier ``Class.method`` in its cell, of the classes the section names (heading first, then the prose
+above the table), in the modules it names (the row's own cell first), then as the one function or class of that
+name in the package or the tools beside it (paraformer_asr_tools). The docstrings are the source; this keeps the
+doc, the reader's map, from drifting."""
 
 from __future__ import annotations
 
@@ -178,30 +180,45 @@ def callable_parameters(value: object, then: str | None = None) -> list[inspect.
 
 
 def argument_errors(where: str, arguments: list[str], parameters: list[inspect.Parameter]) -> list[str]:
-    """The documented arguments against the parameters: names that are not parameters, names out of order."""
+    """The documented arguments against the parameters: names that are not parameters, names out of order, an
+    ellipsis for some of them, and parameters the doc leaves out."""
     names = [p.name for p in parameters]
-    kinds = {p.kind for p in parameters}
-    errors, last = [], -1
+    variadic = {p.kind: p.name for p in parameters
+                if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)}
+    errors, last, listed, ellipsis = [], -1, set(), False
     for argument in arguments:
-        if argument.startswith("**"):
-            if inspect.Parameter.VAR_KEYWORD not in kinds:
-                errors.append(f"{where}: lists {argument} but takes no **keywords ({', '.join(names)})")
-            continue
         if argument.startswith("*"):
-            if argument != "*" and inspect.Parameter.VAR_POSITIONAL not in kinds:
-                errors.append(f"{where}: lists {argument} but takes no *arguments ({', '.join(names)})")
+            kind = inspect.Parameter.VAR_KEYWORD if argument.startswith("**") else inspect.Parameter.VAR_POSITIONAL
+            if argument == "*":  # the start of the keyword-only parameters
+                continue
+            if kind not in variadic:
+                takes = "**keywords" if kind is inspect.Parameter.VAR_KEYWORD else "*arguments"
+                errors.append(f"{where}: lists {argument} but takes no {takes} ({', '.join(names)})")
+            listed.add(variadic.get(kind))
+            continue
+        if argument == "...":
+            ellipsis = True
             continue
         match = IDENTIFIER.match(argument)
         if not match:  # a literal standing for its position
             last += 1
+            listed.update(names[last:last + 1])
             continue
         name = match.group(0)
         if name not in names:
             errors.append(f"{where}: '{name}' is not a parameter (the code has: {', '.join(names)})")
         elif names.index(name) < last:
             errors.append(f"{where}: '{name}' is listed out of the code's order ({', '.join(names)})")
+            listed.add(name)
         else:
             last = names.index(name)
+            listed.add(name)
+    missing = ", ".join(p.name for p in parameters if p.name not in listed)
+    if ellipsis:
+        errors.append(f"{where}: '...' stands in for {missing or 'nothing'}; list every parameter "
+                      f"({', '.join(names)})")
+    elif missing:
+        errors.append(f"{where}: leaves out {missing} (the code has: {', '.join(names)})")
     return errors
 
 
@@ -261,28 +278,35 @@ The predictor is `CifPredictor`.
 | Function | Input |
 |---|---|
 | `cif_integrate(hidden, alphas, num_tokens)` | right |
-| `cif_integrate(hidden, weights, num_tokens)` | a parameter that does not exist |
-| `cif_integrate(alphas, hidden)` | out of order |
+| `cif_integrate(hidden, weights, alphas, num_tokens)` | a parameter that does not exist |
+| `cif_integrate(alphas, hidden, num_tokens)` | out of order |
+| `cif_integrate(hidden, alphas)` | a parameter left out |
+| `resample(waveform, orig_sample_rate, new_sample_rate)` (`data/resample.py`) | keyword-only parameters left out |
 | `fit_alpha_scale(alpha_sums, target_lengths)` / `inference_token_count(alphas, tail_threshold=0.5)` | right |
 | `no_such_function(x)` | missing |
-| `CifPredictor(d_model, kernel_size=3)(hidden, mask)` | constructor and forward, right |
-| `CifPredictor(d_model)(hidden, padding)` | forward has no `padding` |
+| `CifPredictor(d_model, kernel_size=3, threshold=1.0, tail_threshold=0.5)(hidden, mask, target_lengths=None)` | right |
+| `CifPredictor(d_model, kernel_size, threshold, tail_threshold)(hidden, mask, target_lengths, padding)` | |
 | `predict_alphas(hidden, mask) -> alphas [B, T]` | a method of the section's class, right |
 | `CifPredictor.predict_alphas(hidden, mask, extra)` | one too many |
-| `assert_shape(tensor, "B,T", name)` (`checks.py`) | a literal in its position, right |
+| `CifPredictor.predict_alphas(hidden, ...)` | an ellipsis in place of a parameter |
+| `assert_shape(tensor, "B,T", name, dims)` (`checks.py`) | a literal in its position, right |
 | `alphas` | not a call: skipped |
 """
 
 
 def test_the_checker_finds_each_kind_of_drift_and_passes_right_rows(modules):
     errors, checked = contract_errors(MADE_UP, modules)
-    assert checked == 11
-    assert len(errors) == 5, errors
-    assert "line 9: `cif_integrate(hidden, weights, num_tokens)`: 'weights' is not a parameter" in errors[0]
-    assert "line 10: `cif_integrate(alphas, hidden)`: 'hidden' is listed out of the code's order" in errors[1]
-    assert "no function or class 'no_such_function' found" in errors[2]
-    assert "(__call__): 'padding' is not a parameter" in errors[3]
-    assert "line 16" in errors[4] and "'extra' is not a parameter" in errors[4]
+    assert checked == 14
+    assert len(errors) == 8, errors
+    assert "line 9: `cif_integrate(hidden, weights, alphas, num_tokens)`: 'weights' is not a parameter" in errors[0]
+    assert "line 10: `cif_integrate(alphas, hidden, num_tokens)`: 'hidden' is listed out of the code's order" \
+        in errors[1]
+    assert "line 11: `cif_integrate(hidden, alphas)`: leaves out num_tokens" in errors[2]
+    assert "line 12" in errors[3] and "leaves out zero_crossings, rolloff, window, kaiser_beta" in errors[3]
+    assert "no function or class 'no_such_function' found" in errors[4]
+    assert "line 16" in errors[5] and "(__call__): 'padding' is not a parameter" in errors[5]
+    assert "line 18" in errors[6] and "'extra' is not a parameter" in errors[6]
+    assert "line 19" in errors[7] and "'...' stands in for mask; list every parameter" in errors[7]
 
 
 def test_calls_are_parsed_with_nested_defaults_literals_and_chained_calls():
