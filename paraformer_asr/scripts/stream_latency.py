@@ -13,10 +13,10 @@ transcript after the speech ends, and after the audio ends):
   rtf_per_chunk (compute per completed chunk / the chunk's duration), rtf_final and each recording's final text.
 - "websocket" (unless --concurrent 0): --concurrent clients stream the recordings (cycled) at the pace of a
   microphone in pieces of --piece-ms (default 100 ms, as the page sends them) to /stream of a server started here
-  for the checkpoint (scripts/serve.py in its own process, on --num-threads threads) or of --url; wall-time
-  latencies, errors, and mismatched_finals (finals that differ from the direct decoding: 0 when the service decodes
-  as the recognizer does). --pace P > 1 sends P times faster than real time (for tests only: latencies then mean
-  little).
+  for the checkpoint (python -m paraformer_asr.serving.command in its own process, on --num-threads threads) or
+  of --url; wall-time latencies, errors, and mismatched_finals (finals that differ from the direct decoding: 0 when
+  the service decodes as the recognizer does). --pace P > 1 sends P times faster than real time (for tests only:
+  latencies then mean little).
 
 --chunk-ms (default: the checkpoint's model.streaming.decode_chunk_size; 0: full context) and --two-pass (default:
 the checkpoint's) set the stream. Speech start and end are each recording's audible span (within 35 dB of its

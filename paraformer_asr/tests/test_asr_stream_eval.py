@@ -13,8 +13,9 @@ from paraformer_asr.data.batching import Collator
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.streaming import StreamingRecognizer, chunk_frames, use_decode_chunk
 from paraformer_asr.decode.timestamps import frame_clock
-from paraformer_asr.errors import ConfigError
+from paraformer_asr.errors import ConfigError, DataError
 from paraformer_asr.inference import features_from_file, load_trained_model
+from paraformer_asr_tools.benchmarks.stream_latency import served_checkpoint
 
 from asr_helpers import call_script, streaming_copy
 
@@ -143,9 +144,21 @@ def test_stream_latency_report(checkpoint, tone_checkpoint, tmp_path):
 
 @pytest.mark.slow
 def test_stream_latency_starts_its_own_server(checkpoint, tone_checkpoint, tmp_path):
-    """Without --url the script serves the checkpoint with scripts/serve.py in its own process, and stops it."""
+    """Without --url the script serves the checkpoint in its own process (python -m paraformer_asr.serving.command),
+    and stops it."""
     pytest.importorskip("websockets", reason="the WebSocket part needs the optional 'serve' extra")
     result = call_script("stream_latency.py", "--checkpoint", checkpoint, "--audio", clips(tone_checkpoint)[0],
                          "--concurrent", 1, "--pace", 8, cwd=tmp_path)
     websocket = json.loads(result.stdout)["websocket"]
     assert (websocket["streams"], websocket["errors"], websocket["mismatched_finals"]) == (1, 0, 0)
+
+
+def test_the_benchmarks_server_is_the_librarys_command_from_any_folder(tmp_path, monkeypatch):
+    """served_checkpoint starts the service as ``python -m paraformer_asr.serving.command``, found through the
+    installed package, not through a source tree beside it: from a foreign folder its error still comes back."""
+    pytest.importorskip("uvicorn", reason="the service needs the optional 'serve' extra")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match=r"the server for missing\.pt stopped: .*error: checkpoint not found") as stop:
+        with served_checkpoint("missing.pt", timeout_s=60.0):
+            pass
+    assert "Traceback" not in str(stop.value)

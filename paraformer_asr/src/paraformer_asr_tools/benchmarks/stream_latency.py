@@ -55,7 +55,6 @@ from paraformer_asr_tools.benchmarks.service_load import percentile
 from paraformer_asr_tools.corpus.word_timing import audible_span
 
 FULL_CONTEXT_PIECE_MS = 600.0  # pieces of a full-context stream when no --piece-ms is given
-SERVE_SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "serve.py"
 
 Recording = tuple[str, torch.Tensor]  # (name, samples [N] at the model's rate)
 
@@ -225,13 +224,14 @@ def _receive_all(connection, messages: list, timeout_s: float) -> None:
 @contextlib.contextmanager
 def served_checkpoint(checkpoint: str | Path, num_threads: int = 1, max_streams: int = 16,
                       timeout_s: float = 120.0):
-    """``scripts/serve.py`` for ``checkpoint`` in its own process on a free loopback port (torch on ``num_threads``
-    threads) -> its base URL while the block runs; stopped after. DataError when it does not come up."""
+    """The service (``python -m paraformer_asr.serving.command``, what scripts/serve.py runs) for ``checkpoint`` in
+    its own process on a free loopback port (torch on ``num_threads`` threads) -> its base URL while the block runs;
+    stopped after. DataError when it does not come up."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, str(SERVE_SCRIPT), "--checkpoint", str(checkpoint), "--port", str(port),
-               "--num-threads", str(num_threads), "--max-streams", str(max_streams)]
+    command = [sys.executable, "-m", "paraformer_asr.serving.command", "--checkpoint", str(checkpoint),
+               "--port", str(port), "--num-threads", str(num_threads), "--max-streams", str(max_streams)]
     errors = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server cannot fill it and stall
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
     url = f"http://127.0.0.1:{port}"
