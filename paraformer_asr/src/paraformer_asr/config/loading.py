@@ -22,6 +22,8 @@ from paraformer_asr.config.schema import Config
 from paraformer_asr.config.validation import validate
 from paraformer_asr.errors import ConfigError
 
+BASE_KEY = "base"  # the top-level key of a config file that names the file it starts from
+
 
 def _type_name(tp: Any) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(tp, str(tp))
@@ -127,9 +129,6 @@ def config_from_dict(raw: dict, overrides: list[str] | tuple[str, ...] = ()) -> 
     for text in overrides:
         _apply_override(raw, *parse_override(text))
     return validate(_build(Config, raw, ""))
-
-
-BASE_KEY = "base"
 
 
 def _merge_under(base: dict, own: dict) -> dict:
