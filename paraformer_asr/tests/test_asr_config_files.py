@@ -1,6 +1,7 @@
 """Config files and their bases: every shipped config resolves to the values frozen in
-fixtures/shipped_configs_resolved.json (a config rewritten over a base must train exactly the same model), and the
-``base`` key merges a base file under the file naming it, recursively, with errors that name the file."""
+fixtures/shipped_configs_resolved.json (a config rewritten over a base must train exactly the same model; a new
+config is added to the fixture as it is shipped), and the ``base`` key merges a base file under the file naming
+it, recursively, with errors that name the file."""
 
 import dataclasses
 import json
@@ -34,6 +35,10 @@ def differences(expected: dict, actual: dict, prefix: str = "") -> list[str]:
 def test_shipped_config_resolves_to_its_frozen_values(name):
     resolved = json.loads(json.dumps(dataclasses.asdict(load_config(CONFIGS / name))))
     assert differences(FROZEN[name], resolved) == []
+
+
+def test_every_shipped_config_is_frozen():
+    assert {path.name for path in CONFIGS.glob("*.yaml")} == set(FROZEN)
 
 
 def test_every_base_file_is_the_base_of_a_shipped_config():
