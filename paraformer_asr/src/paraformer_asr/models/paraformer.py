@@ -1,7 +1,9 @@
 """The Paraformer: encoder -> token extractor -> non-autoregressive decoder (+ glancing, optional CTC).
 
 The token extractor (``model.predictor``) places the decoder's queries: ``cif``, the CIF predictor
-(models/cif.py), or ``ctc``, the merged CTC path (models/ctc_extractor.py, Paraformer-v2). The network and its
+(models/cif.py), or ``ctc``, the merged CTC greedy path as Paraformer-v2 takes it (models/ctc_extractor.py), whose
+queries are the mean encoder states of each token's frames (``model.ctc_queries: states``, this project's variant)
+or, as in Paraformer-v2, the mean CTC posteriors mapped to D (``posteriors``). The network and its
 losses only: its search (greedy, beam, LM fusion, length candidates, CTC rescoring) is decode/paraformer_search.py,
 whose ``ParaformerRecognizer`` (this model with that search) offers the model interface of models/interface.py.
 """
