@@ -34,19 +34,22 @@ from test_asr_ar_search import EOS, A, B, PrefixScriptedModel, ScriptedModel, sc
 CPU = torch.device("cpu")
 
 
-def reference_walk(sequence, phrases):
-    """The biasing of one unit sequence, walked over the phrases themselves (no trie): phrases [(units, weight)].
-    A unit that keeps the current match a prefix of some phrase earns the largest weight of those phrases; one that
-    does not gives back what was earned since the last completed phrase and starts again from that unit; a completed
-    phrase keeps its bonus, and one no longer phrase extends ends the match. -> (the total after each unit, the total
-    once the sequence ends and an unfinished match is given back)."""
+def reference_walk(sequence, phrases, boundary=None):
+    """The biasing of one unit sequence, walked over the phrases themselves (no trie): phrases [(units, weight)],
+    ``boundary`` the set of units that keep a completed phrase before them (None: every unit). A unit that keeps the
+    current match a prefix of some phrase earns the largest weight of those phrases; one that does not gives back
+    what was earned since the last kept phrase and starts again from that unit. A completed phrase is kept (banked)
+    when a boundary unit follows it or the sequence ends. -> (the total after each unit, the total once the sequence
+    ends and an unfinished match is given back)."""
     phrases = [(tuple(units), weight) for units, weight in phrases]
 
     def weights_through(match):
         return [weight for units, weight in phrases if units[:len(match)] == match]
 
-    match, banked, pending, totals = (), 0.0, 0.0, []
+    match, completed, banked, pending, totals = (), False, 0.0, 0.0, []
     for unit in sequence:
+        if completed and (boundary is None or unit in boundary):
+            banked, pending = banked + pending, 0.0
         if weights_through(match + (unit,)):
             match = match + (unit,)
         else:
@@ -54,12 +57,9 @@ def reference_walk(sequence, phrases):
             match = (unit,) if weights_through((unit,)) else ()
         if match:
             pending += max(weights_through(match))
-            if any(units == match for units, _ in phrases):
-                banked, pending = banked + pending, 0.0
-                if not any(len(units) > len(match) and units[:len(match)] == match for units, _ in phrases):
-                    match = ()
+        completed = any(units == match for units, _ in phrases)
         totals.append(banked + pending)
-    return totals, banked
+    return totals, banked + (pending if completed else 0.0)
 
 
 def random_phrases(rng, units, count, longest=4):
@@ -67,13 +67,13 @@ def random_phrases(rng, units, count, longest=4):
             for _ in range(count)]
 
 
-def bonus_of_extensions(prefix, phrases, vocab, eos=None):
+def bonus_of_extensions(prefix, phrases, vocab, eos=None, boundary=None):
     """[V]: what each next unit adds to the prefix's running total under :func:`reference_walk` (eos: what ending
     there adds, the unfinished match given back)."""
-    before = reference_walk(prefix, phrases)[0][-1] if prefix else 0.0
-    out = torch.tensor([reference_walk(prefix + [unit], phrases)[0][-1] - before for unit in range(vocab)])
+    before = reference_walk(prefix, phrases, boundary)[0][-1] if prefix else 0.0
+    out = torch.tensor([reference_walk(prefix + [unit], phrases, boundary)[0][-1] - before for unit in range(vocab)])
     if eos is not None:
-        out[eos] = reference_walk(prefix, phrases)[1] - before
+        out[eos] = reference_walk(prefix, phrases, boundary)[1] - before
     return out
 
 
@@ -112,15 +112,17 @@ def test_a_bad_line_is_an_error_naming_the_file_and_line(tmp_path, line, problem
 
 def test_the_trie_tensors_of_a_small_list():
     """Phrases 4 5 (weight 2), 4 5 6 (weight 1), 6 4 (weight 3) over 8 ids: node 1 = '4' (2, the larger weight of
-    the phrases through it), 2 = '4 5' (an end with a child: nothing pending), 3 = '4 5 6' (a leaf end: the root's
-    row), 4 = '6', 5 = '6 4'."""
+    the phrases through it), 2 = '4 5' (an end with a child: its 4 kept by the next unit, every unit a boundary
+    here), 3 = '4 5 6' (a leaf end: the root's row; 1 pending since '4 5' was kept), 4 = '6', 5 = '6 4'."""
     trie = HotwordTrie.from_units([([4, 5], 2.0), ([4, 5, 6], 1.0), ([6, 4], 3.0)], vocab_size=8)
     root_row = [0, 0, 0, 0, 1, 0, 4, 0]
     assert trie.next_node.tolist() == [root_row, [0, 0, 0, 0, 1, 2, 4, 0], [0, 0, 0, 0, 1, 0, 3, 0], root_row,
                                        [0, 0, 0, 0, 5, 0, 4, 0], root_row]
     assert trie.parent.tolist() == [-1, 0, 1, 2, 0, 4]
     assert trie.unit_bonus.tolist() == [0.0, 2.0, 2.0, 1.0, 3.0, 3.0]
-    assert trie.pending.tolist() == [0.0, 2.0, 0.0, 0.0, 3.0, 0.0]
+    assert trie.pending.tolist() == [0.0, 2.0, 4.0, 1.0, 3.0, 6.0]
+    within_words = HotwordTrie.from_units([([4, 5], 2.0), ([4, 5, 6], 1.0)], 8, boundary=torch.arange(8) != 6)
+    assert within_words.pending.tolist() == [0.0, 2.0, 4.0, 5.0]  # '6' goes on in the word of '4 5': nothing kept
     assert trie.is_end.tolist() == [False, False, True, True, False, True]
     assert trie.num_phrases == 3 and trie.max_unit_bonus == 3.0 and not trie.is_empty
     empty = HotwordTrie.from_units([], vocab_size=8)
@@ -160,7 +162,8 @@ def test_the_scorer_equals_a_walk_over_the_phrases_for_every_next_unit(seed):
     rng = random.Random(seed)
     vocab = rng.randint(3, 6)
     phrases = random_phrases(rng, list(range(vocab)), rng.randint(1, 5))
-    trie = HotwordTrie.from_units(phrases, vocab)
+    boundary = {unit for unit in range(vocab) if rng.random() < 0.5}  # the others go on within a word
+    trie = HotwordTrie.from_units(phrases, vocab, torch.tensor([unit in boundary for unit in range(vocab)]))
     sequences = torch.tensor([[rng.randrange(vocab) for _ in range(7)] for _ in range(12)])  # [R, 7]
     state = trie.initial_state(sequences.shape[0])
     for position in range(sequences.shape[1]):
@@ -168,11 +171,11 @@ def test_the_scorer_equals_a_walk_over_the_phrases_for_every_next_unit(seed):
         ending = torch.arange(sequences.shape[0]) % 2 == 0  # half of the rows end here
         bonus = trie.step_bonus(state, ending)  # [R, V]
         for row, prefix in enumerate(prefixes):
-            expected = bonus_of_extensions(prefix, phrases, vocab)
+            expected = bonus_of_extensions(prefix, phrases, vocab, boundary=boundary)
             if ending[row]:
-                expected = torch.tensor([reference_walk(prefix + [u], phrases)[1] for u in range(vocab)]) - \
-                    (reference_walk(prefix, phrases)[0][-1] if prefix else 0.0)
-            assert torch.allclose(bonus[row], expected, atol=1e-6), (phrases, prefix)
+                expected = torch.tensor([reference_walk(prefix + [u], phrases, boundary)[1] for u in range(vocab)]) - \
+                    (reference_walk(prefix, phrases, boundary)[0][-1] if prefix else 0.0)
+            assert torch.allclose(bonus[row], expected, atol=1e-6), (phrases, boundary, prefix)
         state = trie.advance(state, sequences[:, position])
 
 
@@ -184,6 +187,31 @@ def test_partial_matches_are_given_back_and_completed_ones_kept():
         state = trie.advance(state, torch.tensor([unit]))
     assert total == 4.0  # 3 kept + 1 pending
     assert float(trie.step_bonus(state)[0, EOS]) == -1.0  # ending gives the pending unit back: 3 in all
+
+
+def test_a_listed_word_inside_a_longer_word_is_given_back():
+    """BPE pieces: 'statin' is kept before a new word or the end, given back when its word goes on ('statinon'),
+    and the special ids (eos) are boundaries."""
+    texts = ["we talked about statin at lunch", "the station was on time", "on and on"] * 4
+    pieces = build_tokenizer("bpe", texts, 40)
+    trie = HotwordTrie.build(parse_hotwords(["statin\t2"], 1.0, "list"), pieces)
+    word = pieces.encode("statin")
+    boundary = trie.boundary.tolist()
+    assert boundary[pieces.eos_id] and boundary[pieces.encode("at")[0]] and not any(boundary[unit] for unit in word[1:])
+
+    def total(units, ending=True):
+        state, earned = trie.initial_state(1), 0.0
+        for index, unit in enumerate(units):
+            last = torch.tensor([ending and index == len(units) - 1])
+            earned += float(trie.step_bonus(state, last)[0, unit])
+            state = trie.advance(state, torch.tensor([unit]))
+        return earned
+
+    assert total(word) == 2.0 * len(word)  # ends the hypothesis: kept
+    assert total(word + pieces.encode("at")) == 2.0 * len(word)  # a new word follows: kept
+    assert total(word + [pieces.eos_id], ending=False) == 2.0 * len(word)  # the autoregressive model's eos: kept
+    continued = [unit for unit in pieces.encode("statinon")]
+    assert continued[:len(word)] == word and total(continued) == 0.0  # the word goes on: given back
 
 
 # ----------------------------------------------------------------------------- the Paraformer's search
@@ -446,8 +474,8 @@ def test_the_service_field_biases_the_request_and_bad_fields_get_400(service):
     audio = wav(1.0, 3)
     status, plain = post_with_hotwords(url, audio, None)
     assert status == 200 and plain["text"] != "" and set(plain["text"]) != {"0"}
-    status, biased = post_with_hotwords(url, audio, "0\t50")  # '0' worth 50 a unit: every token becomes it
-    assert status == 200 and set(biased["text"]) == {"0"}
+    status, biased = post_with_hotwords(url, audio, "0\t50")  # '0' worth 50 a unit: every character but spaces
+    assert status == 200 and set(biased["text"].replace(" ", "")) == {"0"}
     status, same = post_with_hotwords(url, audio, "# nothing\n")
     assert status == 200 and same["text"] == plain["text"]
     for field, problem in [("0\tlots", "the hotwords field, line 1: the weight after the tab must be a number, got "

@@ -7,23 +7,26 @@ a phrase is encoded on its own, as a word after a space is), and the phrases mak
 
 Biasing (WeNet's context graph, without failure arcs). A hypothesis sits in a trie node: its partial match. A unit
 that advances the match earns the bonus of the node it reaches, the largest weight of the phrases through that node.
-A unit that breaks the match gives back everything earned since the last phrase completed on it, then starts a new
-match from the root (with that unit, when a phrase starts with it). Completing a phrase keeps its bonus; a completed
-phrase that no longer phrase extends returns the hypothesis to the root. When the hypothesis ends (the
-autoregressive model's eos, the Paraformer's last position) an unfinished match is given back too, so a finished
-hypothesis holds exactly the bonuses of the phrases it completed: a partial match helps a phrase survive the beam,
-and cannot be farmed.
+A unit that breaks the match gives back everything earned since the last phrase it kept, then starts a new match
+from the root (with that unit, when a phrase starts with it). A completed phrase is kept when a word boundary follows
+it: a unit that starts a new word (a ``▁`` piece, the space character), the end of the hypothesis (the
+autoregressive model's eos, the Paraformer's last position), or any special id; a unit that goes on within the same
+word ('statin' + 'on') breaks it like any partial match, unless it advances a longer phrase. So a finished
+hypothesis holds exactly the bonuses of the phrases it wrote as whole words: a partial match helps a phrase survive
+the beam, and neither it nor a listed word inside a longer one can be farmed.
 
 Dense tensors (S nodes, V units; node 0 is the root), so that a search step scores every beam x unit with gathers:
 
     next_node [S, V] long   the node unit u leads to from node s (a broken match: the root's row)
     parent [S] long         each node's parent (-1 for the root)
     unit_bonus [S] float    what reaching the node by advancing a match earns (0 at the root)
-    pending [S] float       what a hypothesis in the node earned since the last completed phrase (0 at phrase ends)
+    pending [S] float       what a hypothesis in the node earned since the last phrase it kept (at a phrase end, the
+                            phrase's bonus too: it is kept only when a word boundary follows)
     is_end [S] bool         a phrase ends at the node
+    boundary [V] bool       the units that keep a completed phrase before them: they start a word or end the text
 
-A completed phrase with no longer phrase through it is a node without children: its row is the root's, and it holds
-nothing pending, so it is the root again. Memory: S x V x 8 bytes for ``next_node`` (1000 phrases of 8 characters
+A completed phrase with no longer phrase through it is a node without children: its row is the root's, and what it
+holds is kept or given back by the next unit. Memory: S x V x 8 bytes for ``next_node`` (1000 phrases of 8 characters
 over 60 units: under 4 MB).
 """
 
@@ -35,7 +38,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from paraformer_asr.data.tokenizer import Tokenizer
+from paraformer_asr.data.tokenizer import WORD_START, Tokenizer
 from paraformer_asr.errors import ConfigError
 
 DEFAULT_HOTWORD_WEIGHT = 2.0  # bonus per unit of a listed phrase (a starting point, not a tuned value)
@@ -109,12 +112,13 @@ class HotwordTrie:
     Hotword entries it was built from (equal lists, equal ``entries``)."""
 
     def __init__(self, next_node: torch.Tensor, parent: torch.Tensor, unit_bonus: torch.Tensor,
-                 pending: torch.Tensor, is_end: torch.Tensor, entries: tuple[Hotword, ...] = ()):
+                 pending: torch.Tensor, is_end: torch.Tensor, boundary: torch.Tensor, entries: tuple[Hotword, ...] = ()):
         self.next_node = next_node  # [S, V] long
         self.parent = parent  # [S] long
         self.unit_bonus = unit_bonus  # [S] float32
         self.pending = pending  # [S] float32
         self.is_end = is_end  # [S] bool
+        self.boundary = boundary  # [V] bool
         self.entries = entries
 
     @classmethod
@@ -128,15 +132,18 @@ class HotwordTrie:
                 raise ConfigError(f"{entry.where or 'hotword'}: {entry.phrase!r} has characters the model's units "
                                   f"cannot write: {' '.join(repr(c) for c in unknown)}")
             phrases.append((tokenizer.encode(entry.phrase), entry.weight))
-        return cls.from_units(phrases, tokenizer.vocab_size, tuple(entries))
+        return cls.from_units(phrases, tokenizer.vocab_size, word_boundaries(tokenizer), tuple(entries))
 
     @classmethod
     def from_units(cls, phrases: Sequence[tuple[Sequence[int], float]], vocab_size: int,
-                   entries: tuple[Hotword, ...] = ()) -> HotwordTrie:
+                   boundary: torch.Tensor | None = None, entries: tuple[Hotword, ...] = ()) -> HotwordTrie:
         """The trie of ``phrases``: (unit ids, weight) pairs, ids in [0, vocab_size). A node's unit bonus is the
-        largest weight of the phrases through it. ValueError for an empty phrase or an id out of range."""
+        largest weight of the phrases through it. ``boundary`` [V] bool: the units that keep a completed phrase
+        before them (None: every unit, so a phrase is kept as soon as it completes). ValueError for an empty phrase
+        or an id out of range."""
+        boundary = torch.ones(vocab_size, dtype=torch.bool) if boundary is None else boundary.bool()
         children: list[dict[int, int]] = [{}]
-        parent, bonus, is_end = [-1], [0.0], [False]
+        parent, bonus, is_end, unit_in = [-1], [0.0], [False], [-1]
         for units, weight in phrases:
             if len(units) == 0:
                 raise ValueError("a hotword phrase needs at least one unit")
@@ -152,12 +159,14 @@ class HotwordTrie:
                     parent.append(node)
                     bonus.append(0.0)
                     is_end.append(False)
+                    unit_in.append(unit)
                 bonus[child] = max(bonus[child], float(weight))
                 node = child
             is_end[node] = True
         pending = [0.0] * len(parent)
         for node in range(1, len(parent)):  # parents come before their children
-            pending[node] = 0.0 if is_end[node] else pending[parent[node]] + bonus[node]
+            kept_before = is_end[parent[node]] and bool(boundary[unit_in[node]])  # a new word after a phrase
+            pending[node] = (0.0 if kept_before else pending[parent[node]]) + bonus[node]
         root_row = torch.zeros(vocab_size, dtype=torch.long)
         for unit, child in children[0].items():
             root_row[unit] = child
@@ -167,7 +176,7 @@ class HotwordTrie:
             source, unit, child = torch.tensor(edges, dtype=torch.long).unbind(1)
             next_node[source, unit] = child
         return cls(next_node, torch.tensor(parent), torch.tensor(bonus), torch.tensor(pending),
-                   torch.tensor(is_end), entries)
+                   torch.tensor(is_end), boundary, entries)
 
     @property
     def num_nodes(self) -> int:
@@ -202,7 +211,7 @@ class HotwordTrie:
         if self.device == device:
             return self
         return HotwordTrie(self.next_node.to(device), self.parent.to(device), self.unit_bonus.to(device),
-                           self.pending.to(device), self.is_end.to(device), self.entries)
+                           self.pending.to(device), self.is_end.to(device), self.boundary.to(device), self.entries)
 
     def initial_state(self, rows: int) -> torch.Tensor:
         """Every hypothesis at the root: [rows] long."""
@@ -211,13 +220,15 @@ class HotwordTrie:
     def step_bonus(self, state: torch.Tensor, ending: torch.Tensor | None = None) -> torch.Tensor:
         """state [R] long (node of each hypothesis) -> [R, V] float32: the bonus of every next unit. It earns the
         unit bonus of the node it leads to, less what the state held pending when it does not advance the state's
-        match (a break; the ids never in a phrase, eos among them, always break). ``ending`` [R] bool: rows whose
-        hypothesis ends with this unit also give back what is pending in the node reached."""
+        match (a break; the ids never in a phrase, eos among them, always break), unless the state completed a
+        phrase and the unit is a word boundary (the phrase is kept). ``ending`` [R] bool: rows whose hypothesis ends
+        with this unit also give back what is pending in the node reached, unless it completes a phrase."""
         reached = self.next_node[state]  # [R, V]
         broken = self.parent[reached] != state.unsqueeze(1)  # [R, V]
-        bonus = self.unit_bonus[reached] - broken * self.pending[state].unsqueeze(1)
+        kept = self.is_end[state].unsqueeze(1) & self.boundary.unsqueeze(0)  # [R, V]
+        bonus = self.unit_bonus[reached] - (broken & ~kept) * self.pending[state].unsqueeze(1)
         if ending is not None:
-            bonus = bonus - ending.unsqueeze(1) * self.pending[reached]
+            bonus = bonus - (ending.unsqueeze(1) & ~self.is_end[reached]) * self.pending[reached]
         return bonus
 
     def advance(self, state: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
@@ -243,6 +254,13 @@ class HotwordScorer:
 
     def advance(self, state: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
         return self.trie.advance(state, units)
+
+
+def word_boundaries(tokenizer: Tokenizer) -> torch.Tensor:
+    """[V] bool: the units after which a completed phrase stands as a whole word: the special ids (eos among them),
+    the pieces that start a word (``▁``) and those that are only whitespace (the space character)."""
+    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
+    return torch.tensor([not piece or piece.startswith(WORD_START) or not piece.strip() for piece in pieces])
 
 
 def biasing(hotwords: HotwordTrie | None) -> bool:
