@@ -34,22 +34,27 @@ from test_asr_ar_search import EOS, A, B, PrefixScriptedModel, ScriptedModel, sc
 CPU = torch.device("cpu")
 
 
-def reference_walk(sequence, phrases, boundary=None):
+def reference_walk(sequence, phrases, boundary=None, gated=None):
     """The biasing of one unit sequence, walked over the phrases themselves (no trie): phrases [(units, weight)],
     ``boundary`` the set of units that keep a completed phrase before them (None: every unit). A unit that keeps the
     current match a prefix of some phrase earns the largest weight of those phrases; one that does not gives back
     what was earned since the last kept phrase and starts again from that unit. A completed phrase is kept (banked)
-    when a boundary unit follows it or the sequence ends. -> (the total after each unit, the total once the sequence
-    ends and an unfinished match is given back)."""
+    when a boundary unit follows it or the sequence ends. ``gated`` (a bool per unit; None: none): a gated unit (one
+    the model found implausible) earns nothing, breaks the match and starts none. -> (the total after each unit, the
+    total once the sequence ends and an unfinished match is given back)."""
     phrases = [(tuple(units), weight) for units, weight in phrases]
 
     def weights_through(match):
         return [weight for units, weight in phrases if units[:len(match)] == match]
 
     match, completed, banked, pending, totals = (), False, 0.0, 0.0, []
-    for unit in sequence:
+    for index, unit in enumerate(sequence):
         if completed and (boundary is None or unit in boundary):
             banked, pending = banked + pending, 0.0
+        if gated is not None and gated[index]:
+            match, completed, pending = (), False, 0.0
+            totals.append(banked)
+            continue
         if weights_through(match + (unit,)):
             match = match + (unit,)
         else:
@@ -67,13 +72,17 @@ def random_phrases(rng, units, count, longest=4):
             for _ in range(count)]
 
 
-def bonus_of_extensions(prefix, phrases, vocab, eos=None, boundary=None):
+def bonus_of_extensions(prefix, phrases, vocab, eos=None, boundary=None, gated_prefix=None, gated_next=None):
     """[V]: what each next unit adds to the prefix's running total under :func:`reference_walk` (eos: what ending
-    there adds, the unfinished match given back)."""
-    before = reference_walk(prefix, phrases, boundary)[0][-1] if prefix else 0.0
-    out = torch.tensor([reference_walk(prefix + [unit], phrases, boundary)[0][-1] - before for unit in range(vocab)])
+    there adds, the unfinished match given back). ``gated_prefix``: the prefix's gated units; ``gated_next`` [V]: the
+    next units that are gated (None: none)."""
+    gated_prefix = gated_prefix or [False] * len(prefix)
+    before = reference_walk(prefix, phrases, boundary, gated_prefix)[0][-1] if prefix else 0.0
+    next_gated = [bool(gated_next[unit]) if gated_next is not None else False for unit in range(vocab)]
+    out = torch.tensor([reference_walk(prefix + [unit], phrases, boundary, gated_prefix + [next_gated[unit]])[0][-1]
+                        - before for unit in range(vocab)])
     if eos is not None:
-        out[eos] = reference_walk(prefix, phrases, boundary)[1] - before
+        out[eos] = reference_walk(prefix, phrases, boundary, gated_prefix)[1] - before
     return out
 
 
@@ -165,18 +174,25 @@ def test_the_scorer_equals_a_walk_over_the_phrases_for_every_next_unit(seed):
     boundary = {unit for unit in range(vocab) if rng.random() < 0.5}  # the others go on within a word
     trie = HotwordTrie.from_units(phrases, vocab, torch.tensor([unit in boundary for unit in range(vocab)]))
     sequences = torch.tensor([[rng.randrange(vocab) for _ in range(7)] for _ in range(12)])  # [R, 7]
+    gates = torch.rand(12, 7, vocab, generator=torch.Generator().manual_seed(seed)) < 0.3  # implausible units
+    gates[:4] = False  # rows without a gate: what a trie without a margin gives
     state = trie.initial_state(sequences.shape[0])
     for position in range(sequences.shape[1]):
         prefixes = sequences[:, :position].tolist()
         ending = torch.arange(sequences.shape[0]) % 2 == 0  # half of the rows end here
-        bonus = trie.step_bonus(state, ending)  # [R, V]
+        bonus = trie.step_bonus(state, ending, plausible=~gates[:, position])  # [R, V]
         for row, prefix in enumerate(prefixes):
-            expected = bonus_of_extensions(prefix, phrases, vocab, boundary=boundary)
+            gated_prefix = [bool(gates[row, i, unit]) for i, unit in enumerate(prefix)]
+            gated_next = gates[row, position]
+            expected = bonus_of_extensions(prefix, phrases, vocab, boundary=boundary, gated_prefix=gated_prefix,
+                                           gated_next=gated_next)
             if ending[row]:
-                expected = torch.tensor([reference_walk(prefix + [u], phrases, boundary)[1] for u in range(vocab)]) - \
-                    (reference_walk(prefix, phrases, boundary)[0][-1] if prefix else 0.0)
+                expected = torch.tensor([reference_walk(prefix + [u], phrases, boundary,
+                                                        gated_prefix + [bool(gated_next[u])])[1] for u in range(vocab)])
+                expected -= reference_walk(prefix, phrases, boundary, gated_prefix)[0][-1] if prefix else 0.0
             assert torch.allclose(bonus[row], expected, atol=1e-6), (phrases, boundary, prefix)
-        state = trie.advance(state, sequences[:, position])
+        chosen = sequences[:, position]
+        state = trie.advance(state, chosen, ~gates[:, position].gather(1, chosen.unsqueeze(1)).squeeze(1))
 
 
 def test_partial_matches_are_given_back_and_completed_ones_kept():
@@ -217,20 +233,24 @@ def test_a_listed_word_inside_a_longer_word_is_given_back():
 # ----------------------------------------------------------------------------- the Paraformer's search
 
 
+@pytest.mark.parametrize("margin", [None, 1.0])
 @pytest.mark.parametrize("seed", range(4))
-def test_factorised_search_with_biasing_is_exhaustive_search_plus_the_reference_bonus(seed):
+def test_factorised_search_with_biasing_is_exhaustive_search_plus_the_reference_bonus(seed, margin):
     """V = 5, lengths 3 and 2, a beam of V ** 2 (no prefix is ever pruned): the k best sequences and their scores are
-    those of all V ** N sequences scored by log-probs + the walk's final bonus; alone and fused with an LM."""
+    those of all V ** N sequences scored by log-probs + the walk's final bonus; alone and fused with an LM; with a
+    margin, the units whose log-prob is more than it below their position's best are gated in the walk."""
     rng = random.Random(seed)
     torch.manual_seed(seed)
     vocab = 5
     log_probs = torch.log_softmax(torch.randn(2, 3, vocab) * 1.5, dim=-1)
     token_mask = torch.tensor([[True, True, True], [True, True, False]])
     phrases = random_phrases(rng, list(range(1, vocab)), 3, longest=3)
-    trie = HotwordTrie.from_units(phrases, vocab)
+    trie = HotwordTrie.from_units(phrases, vocab, margin=margin)
     lm = TokenNgramLM(2, vocab, bos_id=1, eos_id=2, pad_id=0).fit([[3, 4, 3], [4, 4], [3, 3, 4]])
     beam = vocab ** 2
-    scorer = HotwordScorer(trie, token_mask.sum(dim=1).repeat_interleave(beam))
+    scorer = HotwordScorer(trie, token_mask.sum(dim=1).repeat_interleave(beam), log_probs)
+    gated = torch.zeros_like(log_probs, dtype=torch.bool) if margin is None else \
+        log_probs < log_probs.max(dim=-1, keepdim=True).values - margin  # [B, N, V]
     for lm_weight in (0.0, 0.7):
         if lm_weight:
             tokens, scores = fused_posterior_beam_search(log_probs, token_mask, beam, 0, lm, lm_weight, scorer)
@@ -240,7 +260,8 @@ def test_factorised_search_with_biasing_is_exhaustive_search_plus_the_reference_
             every = []
             for sequence in itertools.product(range(vocab), repeat=length):
                 total = sum(float(log_probs[b, i, unit]) for i, unit in enumerate(sequence))
-                total += reference_walk(list(sequence), phrases)[1]
+                total += reference_walk(list(sequence), phrases,
+                                        gated=[bool(gated[b, i, unit]) for i, unit in enumerate(sequence)])[1]
                 if lm_weight:  # the LM never predicts pad (0) or bos (1)
                     total += lm_weight * (lm.score_sequence(sequence, include_eos=True)
                                           if {0, 1}.isdisjoint(sequence) else float("-inf"))
@@ -269,24 +290,31 @@ def test_a_biased_phrase_that_was_second_best_becomes_best_in_the_factorised_sea
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("length_penalty", [0.0, 1.0])
-def test_a_wide_beam_with_biasing_finds_what_exhaustive_search_finds(seed, length_penalty):
+@pytest.mark.parametrize("length_penalty,margin", [(0.0, None), (1.0, None), (1.0, 1.0)])
+def test_a_wide_beam_with_biasing_finds_what_exhaustive_search_finds(seed, length_penalty, margin):
     """Random prefix tables, max lengths 3 and 2, a beam of 4 ** 3 with biasing toward random phrases over the
     emittable ids: the best hypothesis and its score are exhaustive search's over log-probs plus the walk's bonus
     (eos gives back an unfinished match), found although the bonus can make a longer hypothesis win (the stopping
-    rule allows for the bonus still to come)."""
+    rule allows for the bonus still to come); with a margin, the walk gates the units the decoder found more than it
+    below its step's best."""
     rng = random.Random(100 + seed)
     model = PrefixScriptedModel(seed)
     phrases = random_phrases(rng, [3, A, B], 3, longest=3)
-    trie = HotwordTrie.from_units(phrases, 6)
+    trie = HotwordTrie.from_units(phrases, 6, margin=margin)
     frames = [3, 2]
     encoder_out, enc_mask = scripted_inputs(frames)
     encoder_out[:, :, 0] = torch.arange(len(frames)).unsqueeze(1)
     tokens, scores, lengths = ar_beam_search(model, encoder_out, enc_mask, 64, length_penalty=length_penalty,
                                              hotwords=trie)
     for b, max_length in enumerate(frames):
+        def gates(utterance, prefix):  # [V] bool: the units gated after ``prefix``
+            step = model.next_log_probs(utterance, prefix)
+            return torch.zeros(6, dtype=torch.bool) if margin is None else step < step.max() - margin
+
         def biased(prefix, utterance=b):
-            return model.next_log_probs(utterance, prefix) + bonus_of_extensions(prefix, phrases, 6, EOS)
+            gated_prefix = [bool(gates(utterance, prefix[:i])[unit]) for i, unit in enumerate(prefix)]
+            return model.next_log_probs(utterance, prefix) + bonus_of_extensions(
+                prefix, phrases, 6, EOS, gated_prefix=gated_prefix, gated_next=gates(utterance, prefix))
 
         brute = exhaustive_ar_search(biased, max_length, EOS, [3, A, B], length_penalty)
         assert tokens[b, 0, :lengths[b, 0]].tolist() == brute[0][1]
@@ -533,3 +561,16 @@ def test_hotword_recall_and_precision_by_hand():
     assert nothing["hotword_recall"] is None and nothing["hotword_precision"] is None
     with pytest.raises(ValueError, match="one reference, hypothesis and hotword list per utterance"):
         hotword_scores(["a"], ["a", "b"], [[]])
+
+
+def test_the_hotword_margin_option_reaches_the_trie_and_bad_values_are_refused():
+    chars = CharTokenizer.build(["kessler"])
+    options = DecodingOptions(hotword_margin=2.5)
+    trie = options.hotword_trie(parse_hotwords(["kessler"], 1.0, "list"), chars)
+    assert trie.margin == 2.5 and trie.to("cpu").margin == 2.5
+    step = torch.tensor([[0.0, -2.0, -3.0]])
+    assert trie.plausible(step).tolist() == [[True, True, False]]
+    assert DecodingOptions().hotword_trie((), chars).plausible(step) is None  # no margin: every unit may earn
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ConfigError, match="--hotword-margin must be a finite number >= 0"):
+            DecodingOptions(hotword_margin=bad)

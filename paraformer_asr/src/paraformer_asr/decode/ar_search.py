@@ -160,7 +160,8 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
 
     ``hotwords`` (a HotwordTrie): every step score adds the trie's bonus for the hypothesis's node (decode/hotwords.py;
     the eos step gives back an unfinished match, so a finished hypothesis holds the bonuses of the phrases it
-    completed); the stopping rule then allows for the bonus still to be earned (:func:`best_reachable`).
+    completed; with the trie's margin only units the decoder finds plausible earn); the stopping rule then allows
+    for the bonus still to be earned (:func:`best_reachable`).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
@@ -190,7 +191,8 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
         log_probs, cache = model.decode_step(memory, tokens, step, cache, memory_mask)
         scores = next_token_scores(model, log_probs, tokens[:, 1:], row_max_lengths, lm, lm_weight)  # [B*beam, V]
         if biased:
-            scores = scores + hotwords.step_bonus(nodes)
+            plausible = hotwords.plausible(log_probs)  # [B*beam, V] or None: the decoder's own word on each unit
+            scores = scores + hotwords.step_bonus(nodes, plausible=plausible)
         vocab = scores.shape[1]
         extended = live.unsqueeze(-1) + scores.view(batch, beam, vocab)  # [B, beam, V]
         top, flat = extended.view(batch, beam * vocab).topk(2 * beam, dim=1)  # [B, 2*beam], best first
@@ -214,7 +216,8 @@ def ar_beam_search(model, encoder_out: torch.Tensor, enc_mask: torch.Tensor, bea
         chosen = token.gather(1, keep).view(rows)  # [B*beam]
         tokens = torch.cat([tokens.index_select(0, source), chosen.unsqueeze(1)], dim=1)
         if biased:
-            nodes = hotwords.advance(nodes.index_select(0, source), chosen)
+            chosen_plausible = None if plausible is None else plausible[source, chosen]  # [B*beam]
+            nodes = hotwords.advance(nodes.index_select(0, source), chosen, chosen_plausible)
         cache = cache.reorder_rows(source)
     pool_scores, pool_tokens, pool_lengths = pool
     exists = torch.isfinite(pool_scores)  # [B, beam]

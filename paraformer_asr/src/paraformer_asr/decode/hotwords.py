@@ -15,6 +15,14 @@ word ('statin' + 'on') breaks it like any partial match, unless it advances a lo
 hypothesis holds exactly the bonuses of the phrases it wrote as whole words: a partial match helps a phrase survive
 the beam, and neither it nor a listed word inside a longer one can be farmed.
 
+The model's word on it (``margin``, optional). With a margin m a unit earns its bonus only where the model itself
+finds it plausible: its log-prob at that step (the Paraformer's posterior at that position, the autoregressive
+decoder's next-token distribution) within m of the step's best. An implausible unit acts as a break that starts no
+new match: it gives back what is pending (a completed phrase before a boundary is still kept) and leaves the
+hypothesis at the root. So a bonus can tip a close call toward a listed phrase but cannot put a listed phrase where
+the acoustics and the decoder clearly say something else, nor keep the autoregressive search writing listed phrases
+past the end of the speech. No margin: every unit may earn (WeNet's context graph as it is).
+
 Dense tensors (S nodes, V units; node 0 is the root), so that a search step scores every beam x unit with gathers:
 
     next_node [S, V] long   the node unit u leads to from node s (a broken match: the root's row)
@@ -42,6 +50,7 @@ from paraformer_asr.data.tokenizer import WORD_START, Tokenizer
 from paraformer_asr.errors import ConfigError
 
 DEFAULT_HOTWORD_WEIGHT = 2.0  # bonus per unit of a listed phrase (a starting point, not a tuned value)
+DEFAULT_HOTWORD_MARGIN = None  # a unit earns only within this many log-prob units of the step's best (None: always)
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,8 @@ class HotwordTrie:
     Hotword entries it was built from (equal lists, equal ``entries``)."""
 
     def __init__(self, next_node: torch.Tensor, parent: torch.Tensor, unit_bonus: torch.Tensor,
-                 pending: torch.Tensor, is_end: torch.Tensor, boundary: torch.Tensor, entries: tuple[Hotword, ...] = ()):
+                 pending: torch.Tensor, is_end: torch.Tensor, boundary: torch.Tensor, entries: tuple[Hotword, ...] = (),
+                 margin: float | None = None):
         self.next_node = next_node  # [S, V] long
         self.parent = parent  # [S] long
         self.unit_bonus = unit_bonus  # [S] float32
@@ -120,11 +130,13 @@ class HotwordTrie:
         self.is_end = is_end  # [S] bool
         self.boundary = boundary  # [V] bool
         self.entries = entries
+        self.margin = margin  # a unit earns only within this many log-prob units of the step's best (None: always)
 
     @classmethod
-    def build(cls, entries: Sequence[Hotword], tokenizer: Tokenizer) -> HotwordTrie:
-        """The trie of ``entries``, each phrase split into units by ``tokenizer.encode``. ConfigError naming the
-        entry's line when a phrase has characters the tokenizer cannot write (they would encode to ``<unk>``)."""
+    def build(cls, entries: Sequence[Hotword], tokenizer: Tokenizer, margin: float | None = None) -> HotwordTrie:
+        """The trie of ``entries``, each phrase split into units by ``tokenizer.encode``, gated by ``margin`` (module
+        docstring). ConfigError naming the entry's line when a phrase has characters the tokenizer cannot write
+        (they would encode to ``<unk>``)."""
         phrases = []
         for entry in entries:
             unknown = tokenizer.unknown_characters([entry.phrase])
@@ -132,15 +144,18 @@ class HotwordTrie:
                 raise ConfigError(f"{entry.where or 'hotword'}: {entry.phrase!r} has characters the model's units "
                                   f"cannot write: {' '.join(repr(c) for c in unknown)}")
             phrases.append((tokenizer.encode(entry.phrase), entry.weight))
-        return cls.from_units(phrases, tokenizer.vocab_size, word_boundaries(tokenizer), tuple(entries))
+        return cls.from_units(phrases, tokenizer.vocab_size, word_boundaries(tokenizer), tuple(entries), margin)
 
     @classmethod
     def from_units(cls, phrases: Sequence[tuple[Sequence[int], float]], vocab_size: int,
-                   boundary: torch.Tensor | None = None, entries: tuple[Hotword, ...] = ()) -> HotwordTrie:
+                   boundary: torch.Tensor | None = None, entries: tuple[Hotword, ...] = (),
+                   margin: float | None = None) -> HotwordTrie:
         """The trie of ``phrases``: (unit ids, weight) pairs, ids in [0, vocab_size). A node's unit bonus is the
         largest weight of the phrases through it. ``boundary`` [V] bool: the units that keep a completed phrase
         before them (None: every unit, so a phrase is kept as soon as it completes). ValueError for an empty phrase
-        or an id out of range."""
+        or an id out of range; ``margin`` gates the bonus by the model's log-probs (None: no gate)."""
+        if margin is not None and not margin >= 0:
+            raise ValueError(f"the hotword margin must be >= 0, got {margin}")
         boundary = torch.ones(vocab_size, dtype=torch.bool) if boundary is None else boundary.bool()
         children: list[dict[int, int]] = [{}]
         parent, bonus, is_end, unit_in = [-1], [0.0], [False], [-1]
@@ -176,7 +191,7 @@ class HotwordTrie:
             source, unit, child = torch.tensor(edges, dtype=torch.long).unbind(1)
             next_node[source, unit] = child
         return cls(next_node, torch.tensor(parent), torch.tensor(bonus), torch.tensor(pending),
-                   torch.tensor(is_end), boundary, entries)
+                   torch.tensor(is_end), boundary, entries, margin)
 
     @property
     def num_nodes(self) -> int:
@@ -211,49 +226,77 @@ class HotwordTrie:
         if self.device == device:
             return self
         return HotwordTrie(self.next_node.to(device), self.parent.to(device), self.unit_bonus.to(device),
-                           self.pending.to(device), self.is_end.to(device), self.boundary.to(device), self.entries)
+                           self.pending.to(device), self.is_end.to(device), self.boundary.to(device), self.entries,
+                           self.margin)
 
     def initial_state(self, rows: int) -> torch.Tensor:
         """Every hypothesis at the root: [rows] long."""
         return torch.zeros(rows, dtype=torch.long, device=self.device)
 
-    def step_bonus(self, state: torch.Tensor, ending: torch.Tensor | None = None) -> torch.Tensor:
+    def plausible(self, log_probs: torch.Tensor) -> torch.Tensor | None:
+        """The model's log-probs of a step [..., V] -> [..., V] bool: the units within ``margin`` of the step's best,
+        those that may earn a bonus; None without a margin (every unit may)."""
+        if self.margin is None:
+            return None
+        return log_probs >= log_probs.max(dim=-1, keepdim=True).values - self.margin
+
+    def step_bonus(self, state: torch.Tensor, ending: torch.Tensor | None = None,
+                   plausible: torch.Tensor | None = None) -> torch.Tensor:
         """state [R] long (node of each hypothesis) -> [R, V] float32: the bonus of every next unit. It earns the
         unit bonus of the node it leads to, less what the state held pending when it does not advance the state's
         match (a break; the ids never in a phrase, eos among them, always break), unless the state completed a
         phrase and the unit is a word boundary (the phrase is kept). ``ending`` [R] bool: rows whose hypothesis ends
-        with this unit also give back what is pending in the node reached, unless it completes a phrase."""
+        with this unit also give back what is pending in the node reached, unless it completes a phrase.
+        ``plausible`` [R, V] bool (:meth:`plausible`; None: all): an implausible unit earns nothing and breaks."""
         reached = self.next_node[state]  # [R, V]
         broken = self.parent[reached] != state.unsqueeze(1)  # [R, V]
         kept = self.is_end[state].unsqueeze(1) & self.boundary.unsqueeze(0)  # [R, V]
-        bonus = self.unit_bonus[reached] - (broken & ~kept) * self.pending[state].unsqueeze(1)
+        given_back = self.pending[state].unsqueeze(1)  # [R, 1]
+        bonus = self.unit_bonus[reached] - (broken & ~kept) * given_back
         if ending is not None:
             bonus = bonus - (ending.unsqueeze(1) & ~self.is_end[reached]) * self.pending[reached]
+        if plausible is not None:  # implausible: a break to the root, no new match
+            bonus = torch.where(plausible, bonus, -((~kept) * given_back))
         return bonus
 
-    def advance(self, state: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
-        """state [R] long, units [R] long (the unit each hypothesis was extended with) -> the new state [R]."""
-        return self.next_node[state, units]
+    def advance(self, state: torch.Tensor, units: torch.Tensor, plausible: torch.Tensor | None = None) -> torch.Tensor:
+        """state [R] long, units [R] long (the unit each hypothesis was extended with), ``plausible`` [R] bool (was
+        that unit plausible; None: yes) -> the new state [R] (the root after an implausible unit)."""
+        reached = self.next_node[state, units]
+        return reached if plausible is None else reached * plausible
 
 
 class HotwordScorer:
     """The state scorer (decode/beam.py, ``StateScorer``) of a hotword trie in the Paraformer's factorised search.
     ``lengths`` [R] long: the token count of each row's utterance (R = B * beam); at its last position a row also
-    gives back what an unfinished match holds, so a finished hypothesis keeps only its completed phrases' bonuses."""
+    gives back what an unfinished match holds, so a finished hypothesis keeps only its completed phrases' bonuses.
+    ``log_probs`` [B, N, V]: the posteriors searched, which the trie's margin reads (needed only with a margin)."""
 
-    def __init__(self, trie: HotwordTrie, lengths: torch.Tensor):
+    def __init__(self, trie: HotwordTrie, lengths: torch.Tensor, log_probs: torch.Tensor | None = None):
         self.trie = trie.to(lengths.device)
         self.lengths = lengths
+        self.log_probs = log_probs
+        self.plausible_now: torch.Tensor | None = None  # [R, V] at the position last scored
 
     def initial_state(self, rows: int) -> torch.Tensor:
         return self.trie.initial_state(rows)
 
     def __call__(self, state: torch.Tensor, position: int) -> torch.Tensor:
         """state [R] -> [R, V]: the bonus of every unit at ``position``."""
-        return self.trie.step_bonus(state, ending=self.lengths == position + 1)
+        plausible = None
+        if self.trie.margin is not None:
+            step = self.log_probs[:, position]  # [B, V]; every beam of an utterance reads its posterior
+            plausible = self.trie.plausible(step).repeat_interleave(state.shape[0] // step.shape[0], dim=0)
+        self.plausible_now = plausible  # [R, V] or None
+        return self.trie.step_bonus(state, ending=self.lengths == position + 1, plausible=plausible)
 
     def advance(self, state: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
-        return self.trie.advance(state, units)
+        """state [R] of the hypotheses kept, units [R] -> the new state; a kept row belongs to the same utterance as
+        the row it extends (the search keeps each utterance's beams in its own rows)."""
+        plausible = None
+        if self.plausible_now is not None:
+            plausible = self.plausible_now.gather(1, units.unsqueeze(1)).squeeze(1)  # [R]
+        return self.trie.advance(state, units, plausible)
 
 
 def word_boundaries(tokenizer: Tokenizer) -> torch.Tensor:

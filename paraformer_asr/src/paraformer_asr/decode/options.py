@@ -14,12 +14,13 @@ from dataclasses import dataclass, fields, replace
 
 from paraformer_asr.config import DECODE_METHODS, DecodeConfig, ModelConfig, ctc_score_missing
 from paraformer_asr.data.setup import training_transcripts
-from paraformer_asr.decode.hotwords import DEFAULT_HOTWORD_WEIGHT, Hotword, HotwordTrie, read_hotwords
+from paraformer_asr.decode.hotwords import (DEFAULT_HOTWORD_MARGIN, DEFAULT_HOTWORD_WEIGHT, Hotword, HotwordTrie,
+                                            read_hotwords)
 from paraformer_asr.decode.lexicon import LexiconAutomaton, lexicon_words
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.errors import ConfigError
 
-RUN_OPTIONS = ("hotwords", "hotword_weight")  # given per run or request, never read from a checkpoint
+RUN_OPTIONS = ("hotwords", "hotword_weight", "hotword_margin")  # given per run or request, never read from a checkpoint
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class DecodingOptions:
     1 constrained). None: the checkpoint's ``decode`` section
     (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
     biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus per unit of a phrase listed
-    without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it).
+    without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it);
+    hotword_margin: a unit earns its bonus only where its log-prob is within this of the step's best (None: always).
     ConfigError naming the option for a bad value."""
 
     method: str | None = None
@@ -48,6 +50,7 @@ class DecodingOptions:
     lexicon: bool | None = None
     hotwords: tuple[Hotword, ...] | None = None
     hotword_weight: float = DEFAULT_HOTWORD_WEIGHT
+    hotword_margin: float | None = DEFAULT_HOTWORD_MARGIN
 
     def __post_init__(self) -> None:
         if self.method is not None and self.method not in DECODE_METHODS:
@@ -66,6 +69,8 @@ class DecodingOptions:
             raise ConfigError(f"--ctc-score-weight must be >= 0, got {self.ctc_score_weight}")
         if not (self.hotword_weight > 0 and math.isfinite(self.hotword_weight)):
             raise ConfigError(f"--hotword-weight must be a finite number > 0, got {self.hotword_weight}")
+        if self.hotword_margin is not None and not (self.hotword_margin >= 0 and math.isfinite(self.hotword_margin)):
+            raise ConfigError(f"--hotword-margin must be a finite number >= 0, got {self.hotword_margin}")
 
     def resolve(self, defaults: DecodeConfig) -> "DecodingOptions":
         """Every unset option from ``defaults`` (a checkpoint's ``cfg.decode``). Greedy decoding keeps no LM: a
@@ -99,7 +104,7 @@ class DecodingOptions:
         lm = None
         if options.lm_order > 0:
             lm = build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, options.lm_order)
-        hotwords = HotwordTrie.build(options.hotwords, loaded.tokenizer) if options.hotwords else None
+        hotwords = self.hotword_trie(options.hotwords, loaded.tokenizer) if options.hotwords else None
         lexicon = None
         if options.lexicon:
             if loaded.cfg.model.type != "paraformer":
@@ -112,11 +117,15 @@ class DecodingOptions:
                 "ctc_score_weight": options.ctc_score_weight, "hotwords": hotwords, "lexicon": lexicon}
 
 
+    def hotword_trie(self, entries, tokenizer) -> HotwordTrie:
+        """The trie of hotword ``entries`` over ``tokenizer``'s units, gated by ``hotword_margin``."""
+        return HotwordTrie.build(entries, tokenizer, self.hotword_margin)
+
+
 def add_decoding_arguments(parser) -> None:
     """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior, --ctc-score-weight (see
     :class:`DecodingOptions`), --lexicon / --no-lexicon, each defaulting to the checkpoint's ``decode`` config
-    section; --hotwords,
-    --hotword-weight."""
+    section; --hotwords, --hotword-weight, --hotword-margin."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
                                       "to the checkpoint's 'decode' config section)")
     group.add_argument("--decode", choices=DECODE_METHODS, default=None)
@@ -148,6 +157,10 @@ def add_decoding_arguments(parser) -> None:
     group.add_argument("--hotword-weight", type=float, default=DEFAULT_HOTWORD_WEIGHT,
                        help="the bonus per unit of a phrase listed without a weight, in log-prob units (default "
                             f"{DEFAULT_HOTWORD_WEIGHT:g}; the service reads its requests' lists with it too)")
+    group.add_argument("--hotword-margin", type=float, default=DEFAULT_HOTWORD_MARGIN,
+                       help="a unit of a listed phrase earns its bonus only where the model's own log-prob for it is "
+                            "within this of the step's best (default: "
+                            f"{'none' if DEFAULT_HOTWORD_MARGIN is None else f'{DEFAULT_HOTWORD_MARGIN:g}'})")
 
 
 def check_ctc_score(model: ModelConfig, method: str, length_candidates: int) -> None:
@@ -164,7 +177,8 @@ def decoding_options(args) -> DecodingOptions:
     options = DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
                               lm_weight=args.lm_weight, length_candidates=args.length_candidates,
                               count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight,
-                              lexicon=args.lexicon, hotword_weight=args.hotword_weight)
+                              lexicon=args.lexicon, hotword_weight=args.hotword_weight,
+                              hotword_margin=args.hotword_margin)
     if args.hotwords is None:
         return options
     return replace(options, hotwords=read_hotwords(args.hotwords, args.hotword_weight))

@@ -268,7 +268,7 @@ class ParaformerDecoding:
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         lengths = extraction.num_tokens.repeat_interleave(beam_size)  # [B*beam] rows
-        scorer = HotwordScorer(hotwords, lengths) if biasing(hotwords) else None
+        scorer = HotwordScorer(hotwords, lengths, log_probs) if biasing(hotwords) else None
         if lexicon is not None:
             constraint = LexiconScorer(lexicon, lengths)
             scorer = constraint if scorer is None else SummedScorer(constraint, scorer)

@@ -208,7 +208,8 @@ def hotwords_from_field(text: str, loaded: LoadedModel, settings: ServeSettings)
                               f"{settings.max_hotwords}")
         if not entries:
             return None
-        return HotwordTrie.build(merge_hotwords(settings.decoding.hotwords or (), entries), loaded.tokenizer)
+        merged = merge_hotwords(settings.decoding.hotwords or (), entries)
+        return settings.decoding.hotword_trie(merged, loaded.tokenizer)
     except ConfigError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
 
