@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from paraformer_asr.data.setup import check_vocabulary
-from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePieceTokenizer, build_tokenizer,
+from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePieceTokenizer, begins_word, build_tokenizer,
                                            tokenizer_from_dict)
 from paraformer_asr.decode.timestamps import group_words
 from paraformer_asr.errors import CheckpointError, DataError
@@ -160,3 +160,10 @@ def test_sentencepiece_tokenizer_checks_its_special_pieces():
     plain = subword("bpe")
     with pytest.raises(ValueError, match="first pieces must be"):
         SentencePieceTokenizer(plain.model_proto, "bpe", with_blank=True)
+
+
+def test_begins_word_follows_the_word_rule():
+    """A ▁ piece starts a word, a whitespace or ▁-only piece separates words, the empty piece of a special id and a
+    piece inside a word do neither."""
+    assert [begins_word(piece) for piece in ["\u2581stat", "\u2581", " ", "in", "", "k"]] == \
+        [True, True, True, False, False, False]

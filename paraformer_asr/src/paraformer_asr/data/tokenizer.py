@@ -41,6 +41,12 @@ TOKENIZER_KINDS = ("char", "bpe", "unigram")
 logger = logging.getLogger("paraformer_asr")
 
 
+def begins_word(piece: str) -> bool:
+    """Whether the text after a piece's start is a new word (the module docstring's rule): a piece that starts with
+    ``▁``, or one that is only whitespace and/or ``▁`` (a separator). The empty piece of a special id is neither."""
+    return bool(piece) and (piece.startswith(WORD_START) or not piece.replace(WORD_START, "").strip())
+
+
 def special_symbols(with_blank: bool) -> list[str]:
     return [PAD, BOS, EOS, UNK] + ([BLANK] if with_blank else [])
 

@@ -46,7 +46,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from paraformer_asr.data.tokenizer import WORD_START, Tokenizer
+from paraformer_asr.data.tokenizer import Tokenizer, begins_word
 from paraformer_asr.errors import ConfigError
 
 DEFAULT_HOTWORD_WEIGHT = 2.0  # bonus per unit of a listed phrase (a starting point, not a tuned value)
@@ -302,8 +302,7 @@ class HotwordScorer:
 def word_boundaries(tokenizer: Tokenizer) -> torch.Tensor:
     """[V] bool: the units after which a completed phrase stands as a whole word: the special ids (eos among them),
     the pieces that start a word (``▁``) and those that are only whitespace (the space character)."""
-    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
-    return torch.tensor([not piece or piece.startswith(WORD_START) or not piece.strip() for piece in pieces])
+    return torch.tensor([not piece or begins_word(piece) for piece in tokenizer.pieces(range(tokenizer.vocab_size))])
 
 
 def biasing(hotwords: HotwordTrie | None) -> bool:

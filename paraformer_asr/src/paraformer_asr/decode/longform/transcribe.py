@@ -15,7 +15,7 @@ import torch
 from paraformer_asr.data.audio import open_audio, segment_frames
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import make_frontend
-from paraformer_asr.data.tokenizer import WORD_START, Tokenizer
+from paraformer_asr.data.tokenizer import Tokenizer, begins_word
 from paraformer_asr.decode.hotwords import HotwordTrie
 from paraformer_asr.decode.lexicon import LexiconAutomaton
 from paraformer_asr.decode.longform.options import LongFormOptions
@@ -51,9 +51,7 @@ class LongTranscript:
 
 def has_word_separators(tokenizer: Tokenizer) -> bool:
     """Whether the vocabulary can write a word boundary: a whitespace piece or a ``▁``-marked one."""
-    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
-    return any(piece and (piece.startswith(WORD_START) or not piece.replace(WORD_START, "").strip())
-               for piece in pieces)
+    return any(begins_word(piece) for piece in tokenizer.pieces(range(tokenizer.vocab_size)))
 
 
 def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: torch.device,
