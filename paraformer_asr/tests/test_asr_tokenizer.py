@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from paraformer_asr.data.setup import check_vocabulary
-from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePieceTokenizer, begins_word, build_tokenizer,
-                                           tokenizer_from_dict)
+from paraformer_asr.data.tokenizer import (WORD_START, CharTokenizer, SentencePieceTokenizer, begins_word,
+                                           build_tokenizer, tokenizer_from_dict)
 from paraformer_asr.decode.timestamps import group_words
 from paraformer_asr.errors import CheckpointError, DataError
 
