@@ -341,15 +341,15 @@ def test_the_tuning_grid_order_and_the_section_beam_size():
     assert {(s.lm_weight, s.count_prior) for s in grid if s.method == "beam"} == {
         (w, p) for w in LM_WEIGHTS for p in COUNT_PRIORS}
     weights = [s.lm_weight for s in grid if s.method == "beam"]
-    assert weights == sorted(weights, reverse=True) and len(set(weights)) > 1  # a near-tie keeps the stronger LM
+    assert weights == sorted(weights) and len(set(weights)) > 1  # a near-tie keeps the weaker LM
     assert {s.ctc_score_weight for s in grid} == {0.0}
     with_ctc = decoding_grid(section, ctc_head=True)
-    assert with_ctc[-1] == grid[0]  # one-pass greedy, with no candidates to score, comes last: a near-tie passes it by
-    assert {s.ctc_score_weight for s in with_ctc[:-1] if s.method == "greedy"} == {CTC_SCORE_WEIGHT}
+    assert with_ctc[0] == grid[0]  # one decoder pass first: another setting must beat it by more than the tolerance
+    assert {s.ctc_score_weight for s in with_ctc[1:] if s.method == "greedy"} == {CTC_SCORE_WEIGHT}
     fused = [s for s in with_ctc if s.method == "beam"]  # with an LM the CTC score weighs at least as much
     assert all(s.ctc_score_weight == max(CTC_SCORE_WEIGHT, s.lm_weight) for s in fused)
     assert {(s.lm_weight, s.ctc_score_weight) for s in fused if s.lm_weight == 1.0} == {(1.0, 1.0)}
-    assert [dataclasses.replace(s, ctc_score_weight=0.0) for s in with_ctc[:-1]] == grid[1:]  # otherwise the same
+    assert [dataclasses.replace(s, ctc_score_weight=0.0) for s in with_ctc] == grid  # otherwise the same
 
 
 def test_tune_decoding_tries_the_spread_it_is_given_and_refuses_one_below_1(tmp_path, tone_checkpoint, capsys):
@@ -401,18 +401,20 @@ def test_the_simplest_setting_within_the_tolerance_of_the_best_is_chosen():
     assert choose([0.3]) == 0
 
 
-def test_a_near_tie_passes_one_pass_greedy_by_and_keeps_the_stronger_lm():
+def test_a_near_tie_keeps_one_pass_greedy_and_the_weaker_lm():
     from paraformer_asr.training.tuning import TIE_TOLERANCE, choose, decoding_grid
 
     grid = decoding_grid(config_from_dict(tiny_raw_config()).decode, ctc_head=True)
     lowest = 0.01
-    # one-pass greedy has the lowest validation CER, the two LM weights (no count prior) are within the tolerance
-    cers = [lowest if s.length_candidates == 0 else
-            lowest + TIE_TOLERANCE / 2 if s.method == "beam" and s.count_prior == 0 else 0.05 for s in grid]
-    chosen = grid[choose(cers)]
-    assert (chosen.method, chosen.lm_weight, chosen.ctc_score_weight) == ("beam", 1.0, 1.0)
-    clear_best = [lowest if s.length_candidates == 0 else 0.05 for s in grid]
-    assert grid[choose(clear_best)].length_candidates == 0  # kept where it is clearly the best
+    # the two LM weights (no count prior) have the lowest validation CER, one-pass greedy is within the tolerance
+    near = [lowest + TIE_TOLERANCE / 2 if s.length_candidates == 0 else
+            lowest if s.method == "beam" and s.count_prior == 0 else 0.05 for s in grid]
+    assert grid[choose(near)].length_candidates == 0
+    # one-pass greedy clearly worse: of the two LM weights in a tie, the weaker
+    clearly_worse = [0.05 if s.length_candidates == 0 else
+                     lowest if s.method == "beam" and s.count_prior == 0 else 0.05 for s in grid]
+    chosen = grid[choose(clearly_worse)]
+    assert (chosen.method, chosen.lm_weight, chosen.ctc_score_weight) == ("beam", 0.3, 0.5)
 
 
 class _ScriptedCifDecoding(ParaformerDecoding):

@@ -10,26 +10,18 @@ a validation set is noise, and a near-tie should not buy a more specific setting
 (models/ctc_extractor.py), its expected count the plain greedy path's. The grid, in that order, around the
 config's ``decode`` section:
 
-    greedy, one pass                                   (no length candidates; last for a model with a CTC head)
+    greedy, one pass                                   (no length candidates, one decoder pass)
     greedy       + length candidates, count prior p    for p in COUNT_PRIORS, CTC score c
     beam + LM w  + length candidates, count prior p    for w in LM_WEIGHTS, p in COUNT_PRIORS, CTC score max(c, w)
 
 with c = CTC_SCORE_WEIGHT for a model with a CTC head (its log-likelihood of each hypothesis, per token, added to
-the candidates' scores) and no CTC score for one without. Four choices come from the grids of earlier runs:
+the candidates' scores) and no CTC score for one without. The order is the rule, not a figure: one decoder pass is
+the Paraformer's reason to exist, so it comes first and a setting that runs the decoder again must beat it by more
+than the tolerance on validation; among the LM weights the weaker comes first (the smaller departure from the
+model's own scores). Two choices come from the validation grids of earlier runs:
 
 - The CTC score is not a choice of the grid: in each of the 47 grids that tried the candidates without and with it
-  (digits, numbers, command phrases, unheard sentences, word times), the lowest validation CER had it, and where the
-  near-tie rule had picked a setting without it (the unheard-sentence model of seed 0) that cost half a point of
-  test CER (docs/history.md, "The CTC score always on").
-- For a model with a CTC head, one-pass greedy, which cannot use it, moves to the end: it is kept only where it is
-  clearly the best. In those grids it had won only near-ties, and on the one shipped model where it did (digits,
-  seed 1) it cost 0.41 points of test CER against the candidates with a count prior of 0.3 (docs/history.md,
-  "One-pass greedy last").
-- Among the LM weights the stronger comes first: the validation sentences are ones the LM was trained on, so there
-  the weight hardly shows, while on what validation does not show the stronger weight did better (voices of other
-  synthesizers: 7.6 / 8.0 % CER against 11.5 / 13.7 % with 0.3; unheard sentences: WER 3.3 / 3.5 % against 4.1 /
-  4.2 %, for a CER of 1.9 / 2.1 % against 1.8 / 1.9 %), so a near-tie keeps it (docs/history.md, "The stronger LM
-  weight in a near-tie").
+  (digits, numbers, command phrases, unheard sentences, word times), the lowest validation CER had it.
 - With an LM the CTC score weighs at least as much as the LM. The LM pulls the hypotheses toward sentences it has
   seen, and the count follows the word it prefers; the CTC head, which reads every frame, is what holds the count.
   Under an LM of weight 1, a CTC score of 1 against 0.5 gave validation CERs of 0.19 / 0.06 % against 0.25 / 0.27 %
@@ -59,7 +51,7 @@ from paraformer_asr.training.calibration import why_test_set
 from paraformer_asr.training.checkpointing import load_checkpoint
 from paraformer_asr.training.evaluation import evaluate
 
-LM_WEIGHTS = (1.0, 0.3)  # the stronger first: a near-tie keeps it
+LM_WEIGHTS = (0.3, 1.0)  # the weaker first: a near-tie keeps it
 COUNT_PRIORS = (0.0, 0.3, 1.0)
 CTC_SCORE_WEIGHT = 0.5  # with an LM: at least the LM's weight
 DEFAULT_LM_ORDER = 6
@@ -68,9 +60,9 @@ TIE_TOLERANCE = 0.001  # CER, absolute: 0.1 points
 
 
 def decoding_grid(section: DecodeConfig, ctc_head: bool = False, spread: int | None = None) -> list[DecodeConfig]:
-    """The settings tried, in the order of the module docstring (one-pass greedy last for a model with a
-    ``ctc_head``, whose score every other setting carries), length candidates +- ``spread`` (default: the section's,
-    else DEFAULT_SPREAD); ``tune`` stays as the section has it."""
+    """The settings tried, in the order of the module docstring (one-pass greedy first; the CTC score on every
+    other setting of a model with a ``ctc_head``), length candidates +- ``spread`` (default: the section's, else
+    DEFAULT_SPREAD); ``tune`` stays as the section has it."""
     if spread is not None and spread < 1:
         raise ConfigError(f"the spread of the length candidates (--length-candidates) must be >= 1, got {spread}")
     spread = spread or section.length_candidates or DEFAULT_SPREAD
@@ -83,7 +75,7 @@ def decoding_grid(section: DecodeConfig, ctc_head: bool = False, spread: int | N
     fused = [dataclasses.replace(section, method="beam", lm_order=order, lm_weight=weight, length_candidates=spread,
                                  count_prior=prior, ctc_score_weight=max(ctc, weight) if ctc_head else 0.0)
              for weight in LM_WEIGHTS for prior in COUNT_PRIORS]  # beam + LM over the candidates
-    return candidates + fused + [plain] if ctc_head else [plain] + candidates + fused
+    return [plain] + candidates + fused
 
 
 def tune_decoding(loaded, loader, device: torch.device, spread: int | None = None) -> tuple[DecodeConfig, list[dict]]:
