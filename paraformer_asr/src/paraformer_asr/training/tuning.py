@@ -3,9 +3,10 @@
 How far to trust the CIF's count depends on the data: on random digit strings it counts right almost always and
 an LM of the training transcripts knows nothing, while on command phrases in unheard accents the count is often
 one off and an LM of the phrases knows which spellings exist. So the decoding is chosen per trained model, the way
-the CIF's ``alpha_scale`` is calibrated: every setting of a small grid decodes the validation set, and the first
-setting (the simplest) whose CER is within ``TIE_TOLERANCE`` of the lowest wins: a difference of a few characters on
-a validation set is noise, and a near-tie should not buy a more specific setting. The CTC token extractor
+the CIF's ``alpha_scale`` is calibrated: every setting of a small grid decodes the validation set, and of the
+settings whose CER is within ``TIE_TOLERANCE`` of the lowest (a difference of a few characters on a validation set
+is noise), one-pass greedy wins when it is among them, else the one with the lowest validation WER (the earlier on a
+tie). The CTC token extractor
 (``model.predictor: ctc``) is tuned with the same grid: its length candidates are its greedy path under blank offsets
 (models/ctc_extractor.py), its expected count the plain greedy path's. The grid, in that order, around the
 config's ``decode`` section:
@@ -15,10 +16,11 @@ config's ``decode`` section:
     beam + LM w  + length candidates, count prior p    for w in LM_WEIGHTS, p in COUNT_PRIORS, CTC score max(c, w)
 
 with c = CTC_SCORE_WEIGHT for a model with a CTC head (its log-likelihood of each hypothesis, per token, added to
-the candidates' scores) and no CTC score for one without. The order is the rule, not a figure: one decoder pass is
-the Paraformer's reason to exist, so it comes first and a setting that runs the decoder again must beat it by more
-than the tolerance on validation; among the LM weights the weaker comes first (the smaller departure from the
-model's own scores). Two choices come from the validation grids of earlier runs:
+the candidates' scores) and no CTC score for one without. The rule, not a figure, puts one-pass greedy first: one
+decoder pass is the Paraformer's reason to exist, so a setting that runs the decoder again must beat it by more than
+the tolerance on validation. Among near-ties that all search, the validation WER decides (the CER tolerance hides a
+word in a hundred; the WER says whether the words exist). Two choices come from the validation grids of earlier
+runs:
 
 - The CTC score is not a choice of the grid: in each of the 47 grids that tried the candidates without and with it
   (digits, numbers, command phrases, unheard sentences, word times), the lowest validation CER had it.
@@ -51,7 +53,7 @@ from paraformer_asr.training.calibration import why_test_set
 from paraformer_asr.training.checkpointing import load_checkpoint
 from paraformer_asr.training.evaluation import evaluate
 
-LM_WEIGHTS = (0.3, 1.0)  # the weaker first: a near-tie keeps it
+LM_WEIGHTS = (0.3, 1.0)
 COUNT_PRIORS = (0.0, 0.3, 1.0)
 CTC_SCORE_WEIGHT = 0.5  # with an LM: at least the LM's weight
 DEFAULT_LM_ORDER = 6
@@ -94,16 +96,18 @@ def tune_decoding(loaded, loader, device: torch.device, spread: int | None = Non
                                     length_candidates=setting.length_candidates, count_prior=setting.count_prior,
                                     ctc_score_weight=setting.ctc_score_weight)
             rows.append({**dataclasses.asdict(setting), "cer": scores["cer"], "wer": scores["wer"]})
-    best = choose([row["cer"] for row in rows])
+    best = choose([row["cer"] for row in rows], [row["wer"] for row in rows])
     for index, row in enumerate(rows):
         row["chosen"] = index == best
     return grid[best], rows
 
 
-def choose(cers: list[float]) -> int:
-    """The index of the first CER within ``TIE_TOLERANCE`` of the lowest (the grid lists the simplest first)."""
+def choose(cers: list[float], wers: list[float]) -> int:
+    """The index chosen from the grid's validation CERs and WERs: 0 (one-pass greedy) when its CER is within
+    ``TIE_TOLERANCE`` of the lowest, else the lowest WER among the settings that are (the earliest on a tie)."""
     lowest = min(cers)
-    return next(index for index, cer in enumerate(cers) if cer <= lowest + TIE_TOLERANCE)
+    near = [index for index, cer in enumerate(cers) if cer <= lowest + TIE_TOLERANCE]
+    return near[0] if near[0] == 0 else min(near, key=lambda index: (wers[index], index))
 
 
 def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torch.device | None = None,
