@@ -43,6 +43,7 @@ def fine_tuning_raw(output_dir, **train) -> dict:
     return raw
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_checkpoints_weights_with_a_fresh_optimiser(trained_run, tmp_path,
                                                                                   monkeypatch):
     config = tmp_path / "finetune.yaml"
@@ -115,6 +116,7 @@ def test_init_from_with_resume_is_an_error(trained_run, tmp_path):
         train(config_from_dict(fine_tuning_raw(tmp_path / "runs")), resume=trained_run, init_from=trained_run)
 
 
+@pytest.mark.slow
 def test_a_frozen_encoder_keeps_its_weights_for_the_first_steps(trained_run, tmp_path, monkeypatch):
     raw = fine_tuning_raw(tmp_path / "runs", max_steps=3, freeze_encoder_steps=2)
     snapshots = []  # the model's weights after each optimiser step

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import paraformer_asr
 
 PACKAGE = paraformer_asr.__name__
@@ -129,6 +131,7 @@ def test_the_package_has_no_import_cycle():
     assert not cycles, "import cycles among the packages' modules:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     names = sorted(module_files()) + sorted(module_files(TOOLS_SOURCE))
     path = os.pathsep.join(filter(None, [str(SOURCE.parent), os.environ.get("PYTHONPATH")]))

@@ -160,6 +160,7 @@ def test_a_ctc_warm_up_leaves_the_decoder_loss_out_but_keeps_every_gradient(mode
         config_from_dict({**tiny_raw_config(), "train": {"ctc_warmup_steps": 5}})  # no CTC head
 
 
+@pytest.mark.slow
 def test_the_training_loop_warms_up_the_ctc_for_the_configured_steps(tmp_path, monkeypatch):
     from paraformer_asr.training import launch, steps
 

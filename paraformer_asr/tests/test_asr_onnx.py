@@ -72,6 +72,7 @@ sys.exit(pytest.main([sys.argv[1], "-q", "-rs", "-p", "no:cacheprovider", "-k", 
 """
 
 
+@pytest.mark.slow
 def test_the_file_skips_cleanly_without_the_extra():
     done = subprocess.run([sys.executable, "-c", WITHOUT_THE_EXTRA, str(Path(__file__).resolve())], cwd=PROJECT,
                           env=script_environment(), capture_output=True, text=True, timeout=600)

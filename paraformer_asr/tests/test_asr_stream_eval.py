@@ -153,6 +153,7 @@ def test_stream_latency_starts_its_own_server(checkpoint, tone_checkpoint, tmp_p
     assert (websocket["streams"], websocket["errors"], websocket["mismatched_finals"]) == (1, 0, 0)
 
 
+@pytest.mark.slow
 def test_the_benchmarks_server_is_the_librarys_command_from_any_folder(tmp_path, monkeypatch):
     """served_checkpoint starts the service as ``python -m paraformer_asr.serving.command``, found through the
     installed package, not through a source tree beside it: from a foreign folder its error still comes back."""

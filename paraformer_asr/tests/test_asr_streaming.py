@@ -402,6 +402,7 @@ def test_infer_stream_refuses_what_it_cannot_do(tone_checkpoint, tmp_path, extra
     assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.slow
 def test_exported_streaming_encoder_is_the_masked_pass(tone_checkpoint, tmp_path):
     """The ONNX encoder of a streaming checkpoint traces the chunk masks with the input's length: at lengths other
     than the traced one it still gives the PyTorch encoder's masked pass."""
