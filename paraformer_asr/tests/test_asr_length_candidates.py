@@ -392,11 +392,16 @@ def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_p
     assert min(cers) < 50.0  # the model decodes: a tie of empty outputs would choose nothing
 
 
-def test_one_pass_within_the_tolerance_wins_else_the_lowest_wer_of_the_near_ties():
-    from paraformer_asr.training.tuning import TIE_TOLERANCE, choose
+def test_one_pass_wins_unless_more_passes_remove_the_margin_else_the_lowest_wer_of_the_near_ties():
+    from paraformer_asr.training.tuning import ONE_PASS_MARGIN, TIE_TOLERANCE, choose
 
     assert choose([0.0205, 0.10, 0.02], [0.9, 0.9, 0.1]) == 0  # one decoder pass, within the tolerance
-    assert choose([0.02 + TIE_TOLERANCE * 1.5, 0.02], [0.0, 0.5]) == 1  # one pass clearly worse
+    assert choose([0.0922, 0.0816, 0.0858], [0.1155, 0.1018, 0.1037]) == 0  # 11 % fewer errors do not buy 11 passes
+    assert choose([0.0842, 0.0582], [0.2550, 0.1800]) == 1  # 31 % fewer do
+    below = 0.10 * (1 - ONE_PASS_MARGIN)
+    assert choose([0.10, below + 1e-4], [0.5, 0.0]) == 0 and choose([0.10, below - 1e-4], [0.5, 0.0]) == 1
+    assert choose([0.002, 0.0011], [0.5, 0.0]) == 0  # below the margin, but within the tolerance
+    assert choose([0.05, 0.02], [0.0, 0.5]) == 1  # one pass clearly worse
     assert choose([0.10, 0.0205, 0.05, 0.02], [0.5, 0.03, 0.01, 0.04]) == 1  # of the near-ties, the lower WER
     assert choose([0.10, 0.02, 0.0205], [0.5, 0.03, 0.03]) == 1  # a WER tie keeps the earlier
     assert choose([0.3], [0.5]) == 0
