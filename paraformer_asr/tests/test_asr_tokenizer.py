@@ -167,3 +167,18 @@ def test_begins_word_follows_the_word_rule():
     piece inside a word do neither."""
     assert [begins_word(piece) for piece in ["\u2581stat", "\u2581", " ", "in", "", "k"]] == \
         [True, True, True, False, False, False]
+
+
+def test_a_vocabulary_of_few_words_becomes_whole_word_units_and_a_larger_one_keeps_its_bpe():
+    from paraformer_asr.data.tokenizer import build_tokenizer
+
+    texts = ["red fish left", "blue horse", "left red seven", "yellow fish blue", "seven horse yellow"] * 4
+    words = sorted({word for text in texts for word in text.split()})
+    whole = build_tokenizer("bpe", texts, 16, with_blank=True, word_units_max=len(words))
+    assert all(len(whole.encode(word)) == 1 for word in words)
+    assert [len(whole.encode(text)) for text in texts] == [len(text.split()) for text in texts]
+    assert whole.decode(whole.encode("yellow horse left")) == "yellow horse left"
+    plain = build_tokenizer("bpe", texts, 16, with_blank=True)
+    over = build_tokenizer("bpe", texts, 16, with_blank=True, word_units_max=len(words) - 1)
+    assert over.model_proto == plain.model_proto  # one word too many: the plain BPE of vocab_size
+    assert any(len(plain.encode(word)) > 1 for word in words)

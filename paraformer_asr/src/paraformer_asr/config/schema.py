@@ -164,6 +164,7 @@ class DataConfig:
     spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
     tokenizer: str = field(default="char", metadata=_choices("char", "bpe", "unigram"))
     vocab_size: int = 256  # bpe / unigram: most token ids, specials included (a soft limit)
+    word_units_max: int = 0  # bpe / unigram: at most this many distinct training words -> each word one unit (0: off)
     speed_perturb: Optional[list[float]] = None  # e.g. [0.9, 1.0, 1.1]: one factor per training item and epoch
     edge_pad_ms: float = 0.0  # training only: 0 .. this much quiet added before and after each item, drawn per epoch
     voice_perturb: VoicePerturbConfig = field(default_factory=VoicePerturbConfig)

@@ -100,6 +100,7 @@ def validate(cfg: Config) -> Config:
     _require(paraformer or not decode.tune, "decode.tune", "false unless the model is a Paraformer", decode.tune)
 
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
+    _require(data.word_units_max >= 0, "data.word_units_max", ">= 0", data.word_units_max)
     for factor in data.speed_perturb or []:
         _require(0 < factor <= 2, "data.speed_perturb", "a list of speed factors in (0, 2]", data.speed_perturb)
     _require(data.edge_pad_ms >= 0, "data.edge_pad_ms", ">= 0", data.edge_pad_ms)

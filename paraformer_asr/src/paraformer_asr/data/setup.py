@@ -73,7 +73,8 @@ def check_vocabulary(texts: list[str], tokenizer: Tokenizer, source: str) -> Non
 
 def tokenizer_for(cfg: Config, texts: list[str]) -> Tokenizer:
     """The tokenizer ``data.tokenizer`` describes, learned from ``texts`` (with ``<blank>`` when CTC is on)."""
-    return build_tokenizer(cfg.data.tokenizer, texts, cfg.data.vocab_size, with_blank=cfg.model.ctc_weight > 0)
+    return build_tokenizer(cfg.data.tokenizer, texts, cfg.data.vocab_size, with_blank=cfg.model.ctc_weight > 0,
+                           word_units_max=cfg.data.word_units_max)
 
 
 def training_transcripts(cfg: Config) -> list[str]:

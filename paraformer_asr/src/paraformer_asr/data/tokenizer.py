@@ -230,11 +230,20 @@ class SentencePieceTokenizer(Tokenizer):
             raise CheckpointError(f"stored tokenizer is invalid: {exc}") from exc
 
 
-def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, with_blank: bool = False) -> Tokenizer:
-    """A ``kind`` tokenizer (char / bpe / unigram) learned from ``texts``; ``vocab_size`` only matters for subwords."""
+def build_tokenizer(kind: str, texts: Sequence[str], vocab_size: int, with_blank: bool = False,
+                    word_units_max: int = 0) -> Tokenizer:
+    """A ``kind`` tokenizer (char / bpe / unigram) learned from ``texts``; ``vocab_size`` only matters for subwords.
+    When the texts hold at most ``word_units_max`` distinct words (0: never), subwords learn every merge the texts
+    allow, so that each word becomes one unit: a CIF then counts words, not pieces of spellings."""
     if kind == "char":
         return CharTokenizer.build(texts, with_blank=with_blank)
     if kind in ("bpe", "unigram"):
+        words = {word for text in texts for word in text.split()}
+        if 0 < len(words) <= word_units_max:
+            # the specials and every substring of every word with its word-start mark: more than BPE can merge
+            whole = len(special_symbols(with_blank)) + sum((len(word) + 1) * (len(word) + 2) // 2 for word in words)
+            logger.info("%d distinct words (data.word_units_max %d): each word one unit", len(words), word_units_max)
+            vocab_size = max(vocab_size, whole)
         return SentencePieceTokenizer.train(texts, kind, vocab_size, with_blank=with_blank)
     raise ValueError(f"tokenizer kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
 
