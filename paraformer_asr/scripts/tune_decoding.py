@@ -4,11 +4,11 @@
         [--length-candidates K]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
-n-gram LM of weight 1 or 0.3 over length candidates with the same priors; for a model with a CTC head, the
-candidates always scored by it too; training/tuning.py) decodes the split; one-pass greedy, unless another setting has a quarter
-fewer character errors (and 0.1 points), else of the settings within 0.1 CER points of the lowest the one with the
-lowest WER, becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and serve.py then use by
-default. Training does the same at its end with ``decode.tune: true``.
+n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, the
+candidates always scored by it too; training/tuning.py) decodes the split. One-pass greedy stays unless another
+setting has a quarter fewer character errors (and 0.1 points); else, of the settings within 0.1 CER points of the
+lowest, the one with the lowest WER becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and
+serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
 The length candidates are N +- 1..K (the CTC extractor: its greedy path under K blank offsets either way), K from
 --length-candidates, else the checkpoint's decode section (a tuned checkpoint holds the spread it was tuned with),
 else training/tuning.py's ``DEFAULT_SPREAD``.

@@ -170,8 +170,6 @@ def test_begins_word_follows_the_word_rule():
 
 
 def test_a_vocabulary_of_few_words_becomes_whole_word_units_and_a_larger_one_keeps_its_bpe():
-    from paraformer_asr.data.tokenizer import build_tokenizer
-
     texts = ["red fish left", "blue horse", "left red seven", "yellow fish blue", "seven horse yellow"] * 4
     words = sorted({word for text in texts for word in text.split()})
     whole = build_tokenizer("bpe", texts, 16, with_blank=True, word_units_max=len(words))
