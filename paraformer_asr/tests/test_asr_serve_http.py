@@ -48,6 +48,8 @@ WAIT_S = 60  # bound on waiting for a server to come up / go down; never reached
 
 from asr_helpers import load_script, served, tiny_audio_config
 
+pytestmark = pytest.mark.slow  # a live server per module: the full suite runs these, the fast loop does not
+
 
 load_test = load_script("load_test")
 
@@ -126,7 +128,6 @@ def audio_bytes(tmp_path, samples: torch.Tensor, name: str = "x.wav") -> bytes:
     return (tmp_path / name).read_bytes()
 
 
-@pytest.mark.slow
 def test_health_reports_model_checkpoint_device_and_limits(server, checkpoint):
     status, health = get(server, "/health")
     assert status == 200
@@ -137,7 +138,6 @@ def test_health_reports_model_checkpoint_device_and_limits(server, checkpoint):
     assert {"batches", "requests", "max_batch_size_seen", "batch_size_counts"} <= set(health["batching"])
 
 
-@pytest.mark.slow
 def test_openapi_docs_are_served(server):
     connection = connect(server)
     try:
@@ -150,7 +150,6 @@ def test_openapi_docs_are_served(server):
     assert status == 200 and {"/transcribe", "/health"} <= set(schema["paths"])
 
 
-@pytest.mark.slow
 def test_transcribe_returns_text_duration_and_rtf(server, corpus, loaded):
     path = corpus / "utt5.wav"
     status, answer = upload(server, path.read_bytes())
@@ -165,7 +164,6 @@ def test_transcribe_returns_text_duration_and_rtf(server, corpus, loaded):
     assert times == sorted(times) and all(0 <= t <= 1000 * answer["duration_s"] for t in times)
 
 
-@pytest.mark.slow
 def test_flac_and_ogg_uploads_are_transcribed_like_the_wav(server, corpus, tmp_path):
     from paraformer_asr.data.audio import read_audio
 
@@ -177,7 +175,6 @@ def test_flac_and_ogg_uploads_are_transcribed_like_the_wav(server, corpus, tmp_p
     assert status == 200 and from_ogg["duration_s"] == pytest.approx(from_wav["duration_s"], abs=0.01)
 
 
-@pytest.mark.slow
 def test_the_duration_limit_is_checked_before_decoding(loaded, monkeypatch):
     from fastapi import HTTPException
 
@@ -192,7 +189,6 @@ def test_the_duration_limit_is_checked_before_decoding(loaded, monkeypatch):
     assert refused.value.status_code == 413 and decoded == []
 
 
-@pytest.mark.slow
 def test_batched_decoding_matches_one_utterance_at_a_time(corpus, loaded):
     transcriber = GreedyTranscriber(loaded, torch.device("cpu"))
     features = [features_from_file(corpus / f"utt{i}.wav", loaded) for i in range(len(TEXTS))]
@@ -228,7 +224,6 @@ def too_long_flac(tmp_path) -> bytes:
     (too_long_flac, 413, f"the limit is {MAX_AUDIO_SECONDS:g} s"),
     (lambda tmp: bytes(MAX_UPLOAD_BYTES + 1), 413, f"larger than the limit of {MAX_UPLOAD_BYTES} bytes"),
 ], ids=["not-audio", "empty", "truncated-header", "truncated-data", "no-samples", "too-long", "too-large"])
-@pytest.mark.slow
 def test_bad_uploads_get_a_4xx_json_error_and_the_server_keeps_serving(server, corpus, tmp_path, make_body, status,
                                                                        message):
     answer_status, answer = upload(server, make_body(tmp_path))
@@ -238,7 +233,6 @@ def test_bad_uploads_get_a_4xx_json_error_and_the_server_keeps_serving(server, c
     assert good_status == 200 and good["duration_s"] > 0
 
 
-@pytest.mark.slow
 def test_too_large_chunked_upload_without_length_is_refused(server):
     body, content_type = multipart_body(bytes(MAX_UPLOAD_BYTES + 1))
     connection = connect(server)
@@ -252,7 +246,6 @@ def test_too_large_chunked_upload_without_length_is_refused(server):
         connection.close()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("request_body", ["wrong-field", "no-file", "no-body"])
 def test_missing_file_field_gets_422_json(server, corpus, request_body):
     connection = connect(server)
@@ -270,7 +263,6 @@ def test_missing_file_field_gets_422_json(server, corpus, request_body):
     assert get(server, "/health")[0] == 200
 
 
-@pytest.mark.slow
 def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server, corpus):
     payloads = [(corpus / f"utt{i}.wav").read_bytes() for i in range(len(TEXTS))]
     alone = [upload(server, data)[1]["text"] for data in payloads]  # one at a time: batches of one
@@ -296,7 +288,6 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_answer(server, co
     assert 1 < after["max_batch_size_seen"] <= 8
 
 
-@pytest.mark.slow
 def test_bounded_load_test_has_no_errors(server, corpus, tmp_path, capsys):
     audio = [str(corpus / f"utt{i}.wav") for i in range(len(TEXTS))]
     out, table = tmp_path / "load.json", tmp_path / "load.md"
@@ -318,14 +309,12 @@ def test_load_test_refuses_other_hosts(capsys):
     assert "loopback" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_a_toy_feature_checkpoint_cannot_be_served(loaded):
     toy_cfg = config_from_dict({**loaded.cfg.to_dict(), "data": {"kind": "toy"}})
     with pytest.raises(CheckpointError, match="data.kind: manifest"):
         create_app(replace(loaded, cfg=toy_cfg), ServeSettings())
 
 
-@pytest.mark.slow
 def test_serve_script_user_errors_exit_2(tmp_path, checkpoint, monkeypatch, capsys):
     serve = load_script("serve")
     assert run_main(serve.main, ["--checkpoint", str(tmp_path / "missing.pt")]) == 2
@@ -340,7 +329,6 @@ def test_serve_script_user_errors_exit_2(tmp_path, checkpoint, monkeypatch, caps
     assert "pip install -e .[serve]" in capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_serve_script_serves_and_stops_cleanly_on_sigint(checkpoint, corpus):
     port = free_port()
     process = subprocess.Popen([sys.executable, str(PROJECT / "scripts" / "serve.py"), "--checkpoint", str(checkpoint),

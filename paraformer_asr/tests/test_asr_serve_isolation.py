@@ -33,6 +33,8 @@ from paraformer_asr_tools.benchmarks.service_load import loopback_address, multi
 from asr_fuzz import FAST, SLOW, audio_upload, encode, signal  # noqa: E402
 from asr_helpers import PackageLog, served, untrained_audio_model  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a live server per module: the full suite runs these, the fast loop does not
+
 RATE = 16000
 WAIT_S = 60  # socket timeout; never reached when things work
 SETTINGS = ServeSettings(max_upload_bytes=2_000_000, max_audio_seconds=10.0, max_batch_size=8, max_wait_ms=10.0)
@@ -220,7 +222,6 @@ def test_generated_uploads_mixed_concurrently(server, loaded, uploads):
     check_concurrent_uploads(server, loaded, uploads, "fast")
 
 
-@pytest.mark.slow
 @settings(SLOW, max_examples=75)
 @given(uploads=st.lists(audio_upload(max_seconds=3.0), min_size=7, max_size=10))
 def test_generated_uploads_mixed_concurrently_many(server, loaded, uploads):
@@ -241,7 +242,6 @@ def test_the_generated_cases_were_counted_and_the_server_is_up(server, request):
 # ----------------------------------------------------------------------------- the soak, small
 
 
-@pytest.mark.slow
 def test_a_small_soak_loses_no_good_request_and_refuses_every_bad_one(server, tmp_path, capsys):
     """scripts/load_test.py --soak against the module's server (this process: its memory is what is sampled)."""
     import os

@@ -27,6 +27,8 @@ from paraformer_asr_tools.benchmarks.service_load import (loopback_address, mult
 
 from asr_helpers import SPEECH_RATE, served, speech_like  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a live server per module: the full suite runs these, the fast loop does not
+
 WAIT_S = 60  # bound on every wait; never reached when things work
 
 
@@ -199,7 +201,6 @@ def post(url: str, data: bytes, timeout_s: float = WAIT_S) -> tuple[int, dict]:
         connection.close()
 
 
-@pytest.mark.slow
 def test_a_long_upload_is_decoded_in_its_lane_while_a_short_one_is_answered(long_server, tmp_path):
     url, app = long_server
     lane = app.state.long_form_lane
@@ -233,14 +234,12 @@ def test_a_long_upload_is_decoded_in_its_lane_while_a_short_one_is_answered(long
     assert health["long_form"]["recordings"] >= 1 and health["limits"]["long_form"]["chunk_seconds"] == 2.0
 
 
-@pytest.mark.slow
 def test_long_uploads_over_the_limit_are_refused_before_decoding(long_server, tmp_path):
     url, _ = long_server
     status, answer = post(url, wav_bytes(tmp_path, 61.0, 3))
     assert status == 413 and "the limit is 60 s" in answer["detail"]
 
 
-@pytest.mark.slow
 def test_the_long_upload_scenario_reports_both_phases(long_server, tmp_path):
     url, _ = long_server
     shorts = [wav_bytes(tmp_path, 1.2, seed) for seed in range(3)]

@@ -43,6 +43,8 @@ from paraformer_asr.serving.streams import (INVALID_PAYLOAD, POLICY_VIOLATION, S
 
 from asr_helpers import PROJECT, served, streaming_copy  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a live server per module: the full suite runs these, the fast loop does not
+
 RATE = 16000
 WAIT_S = 60  # bound on any wait; never reached when things work
 PIECE_BYTES = 3200  # 100 ms of 16 kHz 16-bit PCM
@@ -391,7 +393,6 @@ def chromium_page(browser: str, url: str, microphone: Path, profile: Path):
         process.wait(WAIT_S)
 
 
-@pytest.mark.slow
 def test_the_page_transcribes_the_microphone_and_a_file_in_chromium(chromium, browser_checkpoint, tmp_path):
     """The page records the fake microphone (a WAV of the tones of "132"), streams it, shows partials and then the
     known transcript with its word times; then the same WAV chosen in its file input, streamed at the pace of a
