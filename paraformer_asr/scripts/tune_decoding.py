@@ -1,14 +1,16 @@
 """Choose a Paraformer checkpoint's decoding on its validation set and write it into a checkpoint:
 
-    python scripts/tune_decoding.py --checkpoint RUN_DIR_OR_CKPT --out tuned.pt [--split val] [--table grid.md]
-        [--length-candidates K]
+    python scripts/tune_decoding.py --checkpoint RUN_DIR_OR_CKPT --out tuned.pt [--split val | --manifest FILE.jsonl]
+        [--table grid.md] [--length-candidates K]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
 n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, the
 candidates always scored by it too; training/tuning.py) decodes the split. One-pass greedy stays unless another
 setting has a quarter fewer character errors (and 0.1 points); else, of the settings within 0.1 CER points of the
 lowest, the one with the lowest WER becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and
-serve.py then use by default. Training does the same at its end with ``decode.tune: true``.
+serve.py then use by default. Training does the same at its end with ``decode.tune: true``. --manifest chooses on
+another set instead, a selection set of the recordings the model is for (other voices, real people); the test
+split, the config's test manifest and a manifest whose file name says test are refused.
 The length candidates are N +- 1..K (the CTC extractor: its greedy path under K blank offsets either way), K from
 --length-candidates, else the checkpoint's decode section (a tuned checkpoint holds the spread it was tuned with),
 else training/tuning.py's ``DEFAULT_SPREAD``.
@@ -31,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where to write the checkpoint with the chosen decoding (.pt)")
     parser.add_argument("--split", choices=["val"], default="val",
                         help="the split to choose on (the validation set: the test set would be in-sample)")
+    parser.add_argument("--manifest", help="choose on this JSON Lines manifest instead (a selection set, not a test set)")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--table", help="also write the grid's scores as a Markdown table here")
     parser.add_argument("--length-candidates", type=int, default=None, metavar="K",
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"decode.length_candidates, else {DEFAULT_SPREAD})")
     args = parser.parse_args(argv)
     payload, best, rows = tune_checkpoint(args.checkpoint, args.split, args.batch_size,
-                                          spread=args.length_candidates)
+                                          spread=args.length_candidates, manifest=args.manifest)
     save_checkpoint(payload, args.out)
     table = grid_table(rows)
     if args.table:

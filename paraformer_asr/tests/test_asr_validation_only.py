@@ -92,6 +92,16 @@ def test_tune_checkpoint_chooses_on_the_validation_split(tmp_path):
     assert sum(row["chosen"] for row in rows) == 1
 
 
+def test_tune_checkpoint_chooses_on_a_selection_manifest_and_refuses_one_named_test(tmp_path):
+    path = _audio_checkpoint(tmp_path, train_manifest=_manifest(tmp_path, "train.jsonl"))  # its LM's transcripts
+    selection = _manifest(tmp_path, "real_selection.jsonl")
+    payload, _, rows = tune_checkpoint(path, manifest=selection, batch_size=2)
+    assert payload["decoding_tuned_on"] == {"data": selection, "utterances": 2}
+    assert sum(row["chosen"] for row in rows) == 1
+    with pytest.raises(ConfigError, match=rf"real_test.jsonl: its file name says test.*{VALIDATION_ADVICE}"):
+        tune_checkpoint(path, manifest=_manifest(tmp_path, "real_test.jsonl"))
+
+
 def test_calibrate_checkpoint_refuses_a_manifest_named_test(tmp_path):
     path = _audio_checkpoint(tmp_path)
     manifest = _manifest(tmp_path, "speech_test.jsonl")

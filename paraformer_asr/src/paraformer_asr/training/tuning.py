@@ -117,10 +117,11 @@ def choose(cers: list[float], wers: list[float]) -> int:
 
 
 def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torch.device | None = None,
-                    spread: int | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
-    """:func:`tune_decoding` for a checkpoint file or run folder on its ``split`` (length candidates +- ``spread``
-    when given) -> (its payload with the chosen ``decode`` section in its config and a ``decoding_tuned_on`` record,
-    the choice, the grid's rows). ConfigError for the autoregressive baseline (nothing to tune) and for a test set
+                    spread: int | None = None, manifest: str | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
+    """:func:`tune_decoding` for a checkpoint file or run folder on its ``split``, or on ``manifest`` when given (a
+    selection set of other voices), with length candidates +- ``spread`` when given -> (its payload with the chosen
+    ``decode`` section in its config and a ``decoding_tuned_on`` record, the choice, the grid's rows). ConfigError
+    for the autoregressive baseline (nothing to tune) and for a test set
     (:func:`~paraformer_asr.training.calibration.why_test_set`): the choice is made on validation data."""
     device = device or torch.device("cpu")
     checkpoint = resolve_eval_checkpoint(path)
@@ -128,9 +129,9 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
     loaded = model_from_checkpoint(payload, checkpoint, device)
     if loaded.cfg.model.type != "paraformer":
         raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer (this one: {loaded.cfg.model.type})")
-    data = evaluation_manifest(loaded, split, None) or f"toy:{split}"
+    data = evaluation_manifest(loaded, split, manifest) or f"toy:{split}"
     refuse_test_set(loaded.cfg, data)
-    loader = evaluation_loader(loaded, split, None, batch_size)
+    loader = evaluation_loader(loaded, split, manifest, batch_size)
     best, rows = tune_decoding(loaded, loader, device, spread)
     payload["config"]["decode"] = dataclasses.asdict(best)
     payload["decoding_tuned_on"] = {"data": data, "utterances": len(loader.dataset)}
