@@ -394,7 +394,7 @@ def test_training_with_decode_tune_stores_the_validation_choice_in_best_pt(tmp_p
 
 
 def test_one_pass_wins_unless_more_passes_remove_the_margin_else_the_lowest_wer_of_the_near_ties():
-    from paraformer_asr.training.tuning import ONE_PASS_MARGIN, TIE_TOLERANCE, choose
+    from paraformer_asr.training.tuning import ONE_PASS_MARGIN, choose
 
     assert choose([0.0205, 0.10, 0.02], [0.9, 0.9, 0.1]) == 0  # one decoder pass, within the tolerance
     assert choose([0.0922, 0.0816, 0.0858], [0.1155, 0.1018, 0.1037]) == 0  # 11 % fewer errors do not buy 11 passes
