@@ -16,6 +16,7 @@ from paraformer_asr.factory import build_model
 from paraformer_asr.losses import ctc_loss, hybrid_loss_weights, quantity_loss
 from paraformer_asr.models import cif as cif_module
 from paraformer_asr.models.cif import CifPredictor, fire_frames
+from paraformer_asr.models.glancing import glancing_mix
 
 from asr_helpers import overfit, tiny_raw_config
 from asr_reference import loop_cif_autograd
@@ -246,6 +247,26 @@ def test_predictor_bias_decoding_does_not_depend_on_batch_padding():
         one_tokens, one_length = model.greedy_decode(alone.features, alone.feat_mask)
         n = int(lengths[row])
         assert int(one_length[0]) == n and torch.equal(one_tokens[0, :n], tokens[row, :n])
+
+
+@pytest.mark.parametrize("glancing_loss", ["all", "unglanced"])
+def test_glancing_loss_counts_the_positions_it_names(glancing_loss):
+    """The CE of ``compute_loss`` against the same steps written out: one pass, the glancing draw under the same
+    seed, and the CE over every position ("all") or over those that kept their CIF embedding ("unglanced")."""
+    _, _, model, batch = _model({"glancing_ratio": 0.5, "glancing_loss": glancing_loss, "label_smoothing": 0.0})
+    torch.manual_seed(3)
+    ce = model.compute_loss(batch).terms["ce"]
+    torch.manual_seed(3)
+    encoder_out, enc_mask = model.encode(batch.features, batch.feat_mask)
+    targets, target_lengths = model.decoder_targets(batch.tokens, batch.token_lengths)
+    extraction, _ = model.extract_tokens(encoder_out, enc_mask, targets, target_lengths)
+    queries, token_mask = extraction.embeddings, extraction.token_mask
+    first_pass = model.decode_queries(queries, token_mask, encoder_out, enc_mask).argmax(dim=-1)
+    mixed, glanced = glancing_mix(queries, model.decoder.embed_tokens(targets), first_pass, targets, token_mask, 0.5)
+    assert bool(glanced.any()) and bool((token_mask & ~glanced).any())
+    logits = model.decode_queries(mixed, token_mask, encoder_out, enc_mask)
+    counted = token_mask & ~glanced if glancing_loss == "unglanced" else token_mask
+    assert torch.allclose(ce, torch.nn.functional.cross_entropy(logits[counted], targets[counted]))
 
 
 @pytest.mark.parametrize("switch", sorted(SWITCHES))

@@ -23,6 +23,7 @@ def min_input_frames(factor: int) -> int:
 MIN_INPUT_FRAMES = {factor: min_input_frames(factor) for factor in SUBSAMPLING_FACTORS.values()}
 MODEL_TYPES = ("paraformer", "transformer_ar")
 CTC_COMBINATIONS = ("add", "interpolate")
+GLANCING_LOSSES = ("all", "unglanced")
 CTC_NORMALIZATIONS = ("token", "utterance")
 PREDICTORS = ("cif", "ctc")
 CTC_QUERIES = ("states", "posteriors")
@@ -203,6 +204,8 @@ class ModelConfig:
     cif_threshold: float = 1.0
     cif_tail_threshold: float = 0.5
     glancing_ratio: float = 0.5
+    # all: the CE over every target position (FunASR's); unglanced: only where the decoder saw no target (GLAT's)
+    glancing_loss: str = field(default="all", metadata=_choices(*GLANCING_LOSSES))
     label_smoothing: float = 0.1
     quantity_weight: float = 1.0
     ctc_weight: float = 0.0

@@ -125,14 +125,16 @@ class Paraformer(nn.Module):
         queries = extraction.embeddings  # [B, N, D]
         token_mask = extraction.token_mask  # [B, N]
         assert_shape(targets, f"{targets.shape[0]},{queries.shape[1]}", "target tokens")
-        decoder_input = queries  # [B, N, D]
+        decoder_input, loss_mask = queries, token_mask  # [B, N, D], [B, N]
         if self.training and self.cfg.glancing_ratio > 0:
             with torch.no_grad():
                 first_pass = self.decoder(queries, token_mask, encoder_out, enc_mask).argmax(dim=-1)  # [B, N]
-            decoder_input, _ = glancing_mix(queries, self.decoder.embed_tokens(targets), first_pass, targets,
-                                            token_mask, self.cfg.glancing_ratio)  # [B, N, D]
+            decoder_input, glanced = glancing_mix(queries, self.decoder.embed_tokens(targets), first_pass, targets,
+                                                  token_mask, self.cfg.glancing_ratio)  # [B, N, D], [B, N]
+            if self.cfg.glancing_loss == "unglanced":
+                loss_mask = token_mask & ~glanced
         logits = self.decoder(decoder_input, token_mask, encoder_out, enc_mask)  # [B, N, V]
-        ce = label_smoothed_cross_entropy(logits, targets, token_mask, self.cfg.label_smoothing)  # scalar
+        ce = label_smoothed_cross_entropy(logits, targets, loss_mask, self.cfg.label_smoothing)  # scalar
         decoder_weight, ctc_weight = hybrid_loss_weights(self.cfg.ctc_weight if self.ctc is not None else 0.0,
                                                          self.cfg.ctc_combination)
         total = decoder_scale * decoder_weight * ce  # scalar

@@ -32,8 +32,9 @@ from paraformer_asr.errors import CheckpointError
 from paraformer_asr.inference import resolve_eval_checkpoint
 from paraformer_asr.training.checkpointing import load_checkpoint
 
-TRAINING_ONLY_MODEL_KEYS = ("dropout", "label_smoothing", "glancing_ratio", "quantity_weight", "ctc_combination",
-                            "ctc_normalization", "length_normalized_loss", "activation_checkpointing")
+TRAINING_ONLY_MODEL_KEYS = ("dropout", "label_smoothing", "glancing_ratio", "glancing_loss", "quantity_weight",
+                            "ctc_combination", "ctc_normalization", "length_normalized_loss",
+                            "activation_checkpointing")
 
 
 def load_initial_weights(cfg: Config, source: str | Path) -> tuple[dict, Path]:
