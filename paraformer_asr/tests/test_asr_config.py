@@ -45,6 +45,8 @@ BAD_CONFIGS = [
     ({"model": {"decoder_fsmn_kernel": -3}}, "config key 'model.decoder_fsmn_kernel' must be 0 (self-attention)"),
     ({"model": {"type": "transformer_ar", "decoder_fsmn_kernel": 5}},
      "config key 'model.decoder_fsmn_kernel' must be 0 for the autoregressive model"),
+    ({"model": {"type": "transformer_ar", "decoder_positions": False}},
+     "config key 'model.decoder_positions' must be true for the autoregressive model"),
     ({"data": {"kind": "manifest"}}, "config key 'data.train_manifest' must be set"),
     ({"data": {"toy": {"alphabet": "aab"}}}, "config key 'data.toy.alphabet' must be free of repeated"),
     ({"data": {"toy": {"min_tokens": 5, "max_tokens": 2}}}, "config key 'data.toy.max_tokens'"),

@@ -115,6 +115,20 @@ def test_predictor_and_decoder_shapes_and_padding_invariance(fsmn_kernel):
     assert torch.allclose(dec(emb_p, tmask_p, hidden, mask)[:, :n][valid], logits[valid], atol=1e-5)
 
 
+@pytest.mark.parametrize("positions", [True, False])
+def test_decoder_without_positions_reads_order_only_from_its_inputs(positions):
+    """Self-attention is permutation-equivariant: without positions, permuting the input tokens permutes the logits;
+    the sinusoidal positions are what breaks that symmetry."""
+    torch.manual_seed(0)
+    dec = NarDecoder(11, 32, 4, 2, 48, positions=positions).eval()
+    acoustic, memory = torch.randn(2, 6, 32), torch.randn(2, 9, 32)  # [B, N, D], [B, T, D]
+    token_mask, memory_mask = torch.ones(2, 6, dtype=torch.bool), torch.ones(2, 9, dtype=torch.bool)
+    order = torch.tensor([3, 0, 5, 1, 4, 2])
+    logits = dec(acoustic, token_mask, memory, memory_mask)  # [B, N, V]
+    permuted = dec(acoustic[:, order], token_mask, memory, memory_mask)
+    assert torch.allclose(permuted, logits[:, order], atol=1e-5) == (not positions)
+
+
 def test_fsmn_memory_matches_a_token_loop_and_ignores_padding():
     torch.manual_seed(0)
     fsmn = FsmnMemory(6, kernel_size=5)

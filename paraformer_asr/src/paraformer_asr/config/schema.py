@@ -196,6 +196,9 @@ class ModelConfig:
     # Paraformer decoder only. 0: self-attention over the tokens; k > 0 (odd): SAN-M's FSMN memory in its place, a
     # depthwise convolution of k taps over the token axis (FunASR's Paraformer decoder; 11 there)
     decoder_fsmn_kernel: int = 0
+    # Paraformer decoder only. true: sinusoidal positions added to its inputs; false: none, the order only from the
+    # CIF embeddings (FunASR's Paraformer decoder adds none)
+    decoder_positions: bool = True
     ffn_dim: int = 512
     dropout: float = 0.1
     subsampling: str = field(default="4x", metadata=_choices(*SUBSAMPLING_FACTORS))

@@ -57,6 +57,8 @@ def validate(cfg: Config) -> Config:
              "0 (self-attention) or odd", fsmn_kernel)
     _require(fsmn_kernel == 0 or model.type == "paraformer", "model.decoder_fsmn_kernel",
              "0 for the autoregressive model (its decoder attends causally)", fsmn_kernel)
+    _require(model.decoder_positions or model.type == "paraformer", "model.decoder_positions",
+             "true for the autoregressive model (its tokens have no other order)", model.decoder_positions)
     _require(0 <= model.dropout < 1, "model.dropout", "in [0, 1)", model.dropout)
     _require(model.cif_threshold > 0, "model.cif_threshold", "> 0", model.cif_threshold)
     _require(0 < model.cif_tail_threshold < model.cif_threshold, "model.cif_tail_threshold",

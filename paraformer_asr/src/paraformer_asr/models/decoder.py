@@ -13,7 +13,8 @@ class NarDecoder(nn.Module):
     """forward(acoustic [B, N, D], token_mask [B, N], memory [B, T, D], memory_mask [B, T]) -> logits [B, N, V]
 
     Inputs are the CIF acoustic embeddings (or their glancing mix with target embeddings) plus
-    sinusoidal positions; blocks use self-attention with a padding mask and no causal mask (or, with
+    sinusoidal positions (none with ``positions`` false: the order then comes only from the embeddings, which
+    the CIF integrated from position-encoded encoder states); blocks use self-attention with a padding mask and no causal mask (or, with
     ``fsmn_kernel_size`` > 0, SAN-M's FSMN memory: a depthwise convolution over the tokens),
     cross-attention to the encoder output and a feed-forward layer. ``token_embedding`` [V, D]
     embeds target tokens for the glancing sampler. A stream projects its memory chunk by chunk
@@ -21,12 +22,12 @@ class NarDecoder(nn.Module):
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int, ffn_dim: int,
-                 dropout: float = 0.1, fsmn_kernel_size: int = 0):
+                 dropout: float = 0.1, fsmn_kernel_size: int = 0, positions: bool = True):
         super().__init__()
         self.vocab_size = vocab_size
         self.d_model = d_model
         self.token_embedding = nn.Embedding(vocab_size, d_model)
-        self.positions = PositionalEncoding(d_model)
+        self.positions = PositionalEncoding(d_model) if positions else None
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(DecoderBlock(d_model, num_heads, ffn_dim, dropout, fsmn_kernel_size)
                                     for _ in range(num_layers))
@@ -54,7 +55,7 @@ class NarDecoder(nn.Module):
                           memory_mask: torch.Tensor) -> torch.Tensor:
         """:meth:`forward` over a memory already projected by :meth:`project_memory`: acoustic [B, N, D], token_mask
         [B, N], memory_kv per block (k, v) [B, H, T, Dh], memory_mask [B, T] -> logits [B, N, V]."""
-        x = self.dropout(self.positions(acoustic))
+        x = self.dropout(acoustic if self.positions is None else self.positions(acoustic))
         for block, kv in zip(self.blocks, memory_kv):
             x = block.forward_projected(x, token_mask, kv, memory_mask)
         return self.output(self.final_norm(x))  # [B, N, V]

@@ -48,7 +48,7 @@ class Paraformer(nn.Module):
         else:
             self.predictor = CifPredictor(cfg.d_model, cfg.cif_kernel_size, cfg.cif_threshold, cfg.cif_tail_threshold)
         self.decoder = NarDecoder(vocab_size, cfg.d_model, cfg.num_heads, cfg.decoder_layers, cfg.ffn_dim,
-                                  cfg.dropout, cfg.decoder_fsmn_kernel)
+                                  cfg.dropout, cfg.decoder_fsmn_kernel, cfg.decoder_positions)
         self.ctc = optional_ctc_head(cfg.d_model, vocab_size, cfg.ctc_weight, blank_id)
 
     @property
