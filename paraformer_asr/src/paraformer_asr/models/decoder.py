@@ -12,10 +12,10 @@ from paraformer_asr.models.layers import DecoderBlock, KeyValue, PositionalEncod
 class NarDecoder(nn.Module):
     """forward(acoustic [B, N, D], token_mask [B, N], memory [B, T, D], memory_mask [B, T]) -> logits [B, N, V]
 
-    Inputs are the CIF acoustic embeddings (or their glancing mix with target embeddings) plus
-    sinusoidal positions (none with ``positions`` false: the order then comes only from the embeddings, which
-    the CIF integrated from position-encoded encoder states); blocks use self-attention with a padding mask and no causal mask (or, with
-    ``fsmn_kernel_size`` > 0, SAN-M's FSMN memory: a depthwise convolution over the tokens),
+    Inputs are the CIF acoustic embeddings (or their glancing mix with target embeddings) plus sinusoidal
+    positions (none with ``positions`` false: the order then comes only from the embeddings, which the CIF
+    integrated from position-encoded encoder states); blocks use self-attention with a padding mask and no
+    causal mask (or, with ``fsmn_kernel_size`` > 0, SAN-M's FSMN memory: a depthwise convolution over the tokens),
     cross-attention to the encoder output and a feed-forward layer. ``token_embedding`` [V, D]
     embeds target tokens for the glancing sampler. A stream projects its memory chunk by chunk
     (:meth:`project_memory`) and decodes with :meth:`forward_projected`.
