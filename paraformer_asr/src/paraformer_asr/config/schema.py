@@ -251,6 +251,9 @@ class TrainConfig:
     # the first N optimiser steps weight the decoder's loss 0: the CTC head (and the CIF's quantity loss) train first
     ctc_warmup_steps: int = 0
     freeze_encoder_steps: int = 0  # the first N optimiser steps leave the encoder's weights as they are (fine-tuning)
+    # > 0: validate, save and decode an exponential moving average of the weights with this decay per optimiser
+    # step (training/ema.py); 0: the trained weights themselves
+    ema_decay: float = 0.0
 
 
 @dataclass

@@ -69,6 +69,7 @@ def validate(cfg: Config) -> Config:
     _require(model.ctc_weight >= 0, "model.ctc_weight", ">= 0", model.ctc_weight)
     _require(cfg.train.ctc_warmup_steps >= 0, "train.ctc_warmup_steps", ">= 0", cfg.train.ctc_warmup_steps)
     _require(train.freeze_encoder_steps >= 0, "train.freeze_encoder_steps", ">= 0", train.freeze_encoder_steps)
+    _require(0.0 <= train.ema_decay < 1.0, "train.ema_decay", "in [0, 1)", train.ema_decay)
     _require(cfg.train.ctc_warmup_steps == 0 or model.ctc_weight > 0, "train.ctc_warmup_steps",
              "0 unless the model has a CTC head (model.ctc_weight > 0)", cfg.train.ctc_warmup_steps)
     if model.ctc_combination == "interpolate":

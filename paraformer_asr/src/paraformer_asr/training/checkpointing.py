@@ -2,7 +2,9 @@
 
 Layout of a checkpoint dict:
     format: "paraformer_asr.checkpoint", version: 1,
-    model: state_dict, config: Config.to_dict(), tokenizer: Tokenizer.to_dict() (plain data of any kind),
+    model: state_dict (with train.ema_decay the moving average, training/ema.py), training_weights: the trained
+    state_dict when model holds the average (else None), ema_updates: int,
+    config: Config.to_dict(), tokenizer: Tokenizer.to_dict() (plain data of any kind),
     normalizer: FeatureNormalizer.to_dict() | None, input_dim: int,
     optimizer / scheduler / scaler: state_dicts, progress: {epoch, batch_in_epoch, global_step, ...},
     rng: {python, numpy, torch, cuda}, history: list of per-epoch dicts, best_cer: float,
@@ -15,6 +17,7 @@ An averaged checkpoint (training/averaging.py) has model, config, tokenizer, nor
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import random
@@ -142,3 +145,12 @@ def restore_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 of all of ``model``'s state bytes (identical on every rank after distributed training)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()

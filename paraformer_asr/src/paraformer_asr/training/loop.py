@@ -1,13 +1,13 @@
 """The training loop: ``Trainer(cfg, run, data, state, ctx).fit()`` -> the run folder. AdamW, linear warmup
 then cosine decay (LambdaLR stepped after the optimizer), gradient clipping, torch.amp autocast
 + GradScaler, gradient accumulation, a NaN guard, validation each epoch, atomic checkpoints with
-every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and stop. ``train`` (training/launch.py)
-sets a run up and calls it.
+every RNG state (exact resume mid-epoch), SIGINT/SIGTERM -> save last.pt and stop, and with ``train.ema_decay`` a
+moving average of the weights that is validated, saved and decoded (training/ema.py). ``train``
+(training/launch.py) sets a run up and calls it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -25,16 +25,17 @@ from paraformer_asr.data.batching import Collator
 from paraformer_asr.data.setup import DataBundle, make_loader
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.errors import CheckpointError, TrainingError
-from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times, frame_clock
+from paraformer_asr.decode.timestamps import frame_clock
 from paraformer_asr.training.tuning import grid_table, refuse_test_set, tune_checkpoint
 from paraformer_asr.factory import build_model, count_parameters
 from paraformer_asr.runtime import resolve_device
 from paraformer_asr.training.distributed import DistContext, all_reduce_sum, barrier, broadcast_object
+from paraformer_asr.training.ema import WeightAverage
 from paraformer_asr.training.checkpointing import (BestCheckpoints, capture_rng_state, restore_rng_state,
-                                                   save_checkpoint)
+                                                   save_checkpoint, weights_digest)
 from paraformer_asr.training.evaluation import evaluate
 from paraformer_asr.training.interrupts import StopFlag, TrainingInterrupted
-from paraformer_asr.training.plots import plot_cif_alignments, plot_loss_curves
+from paraformer_asr.training.plots import plot_loss_curves, plot_validation_alignments
 from paraformer_asr.training.progress import EpochSums, Progress
 from paraformer_asr.training.run_folder import LOGGER_NAME, RunFolder
 from paraformer_asr.training.steps import LossModule, compile_stacks, scaled_optimizer_step, warmup_cosine
@@ -58,6 +59,7 @@ class Trainer:
         self.log = logging.getLogger(LOGGER_NAME)  # set up by train(): stderr and the run's train.log
         train_cfg = cfg.train
         self.model = build_model(cfg, data.input_dim, self.tokenizer).to(self.device)
+        self.average = WeightAverage(self.model, train_cfg.ema_decay) if train_cfg.ema_decay > 0 else None
         if train_cfg.compile:
             compile_stacks(self.model, train_cfg.compile_backend)
         self.loss_module: torch.nn.Module = LossModule(self.model)
@@ -97,11 +99,19 @@ class Trainer:
         if state is not None:
             self._restore(state)
 
+    @property
+    def decoding_model(self) -> torch.nn.Module:
+        """The weights a run validates, saves as ``model`` and decodes with: the moving average when there is one."""
+        return self.average.model if self.average is not None else self.model
+
     # ------------------------------------------------------------------ checkpoints
     def _payload(self) -> dict:
         progress = self.progress
+        average = self.average
         return {
-            "model": self.model.state_dict(),
+            "model": self.decoding_model.state_dict(),
+            "training_weights": self.model.state_dict() if average is not None else None,  # what resuming trains on
+            "ema_updates": average.updates if average is not None else 0,
             "config": self.cfg.to_dict(),
             "tokenizer": self.tokenizer.to_dict(),
             "normalizer": self.data.normalizer.to_dict() if self.data.normalizer is not None else None,
@@ -123,10 +133,11 @@ class Trainer:
 
     def _calibrated_on(self) -> dict | None:
         """The record eval.py checks (training/calibration.py): the validation set when the loop refits the CIF."""
-        if not (self.cfg.train.calibrate_cif and self.model.calibrates_cif):
+        model = self.decoding_model
+        if not (self.cfg.train.calibrate_cif and model.calibrates_cif):
             return None
         data = self.cfg.data.val_manifest if self.cfg.data.kind == "manifest" else "toy:val"
-        return {"source": "train.calibrate_cif", "data": data, "alpha_scale": float(self.model.predictor.alpha_scale)}
+        return {"source": "train.calibrate_cif", "data": data, "alpha_scale": float(model.predictor.alpha_scale)}
 
     def save(self, name: str) -> None:
         """Write ``checkpoints/<name>`` (only the main process writes)."""
@@ -134,7 +145,11 @@ class Trainer:
             save_checkpoint(self._payload(), self.run.checkpoints / name)
 
     def _restore(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
+        training_weights = state.get("training_weights")
+        self.model.load_state_dict(training_weights if training_weights is not None else state["model"])
+        if self.average is not None:
+            self.average.model.load_state_dict(state["model"])
+            self.average.updates = state.get("ema_updates", 0)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
@@ -156,6 +171,8 @@ class Trainer:
         except RuntimeError as exc:
             raise CheckpointError(f"--init-from {source}: its weights do not fit the model: "
                                   f"{str(exc).splitlines()[0]}") from None
+        if self.average is not None:
+            self.average.reset_to(self.model)
         self.initialised_from = str(source)
 
     # ------------------------------------------------------------------ loop
@@ -183,7 +200,7 @@ class Trainer:
         finally:
             self.stop.uninstall()
         if self.ctx.enabled:
-            self.log.warning("rank %d final weights sha256 %s", self.ctx.rank, self.weights_digest())
+            self.log.warning("rank %d final weights sha256 %s", self.ctx.rank, weights_digest(self.model))
         if cfg.decode.tune and self.ctx.is_main:
             self._tune_decoding()
         self.log.info("done: best val CER %.4f; run folder %s", self.best_cer, self.run.path)
@@ -197,14 +214,6 @@ class Trainer:
         save_checkpoint(payload, best_path)
         (self.run.path / "decoding.md").write_text(grid_table(rows), encoding="utf-8")
         self.log.info("decoding chosen on the validation set (decoding.md): %s", best)
-
-    def weights_digest(self) -> str:
-        """sha256 of all parameters' bytes (identical on every rank after distributed training)."""
-        digest = hashlib.sha256()
-        for name, tensor in sorted(self.model.state_dict().items()):
-            digest.update(name.encode())
-            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        return digest.hexdigest()
 
     def _run_epoch(self) -> None:
         train_cfg, progress = self.cfg.train, self.progress
@@ -290,6 +299,8 @@ class Trainer:
             return
         scaled_optimizer_step(self.scaler, self.optimizer, self.scheduler)
         self.optimizer.zero_grad(set_to_none=True)
+        if self.average is not None:
+            self.average.update(self.model)
         self.bad_streak = 0
         progress.global_step += 1
         if progress.global_step % train_cfg.log_every == 0 or progress.global_step == 1:
@@ -316,7 +327,7 @@ class Trainer:
         val_cer = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else None
         barrier(self.ctx)
         if self.ctx.enabled and self.model.calibrates_cif:  # the main process refitted it on the validation set
-            scale = self.model.predictor.alpha_scale
+            scale = self.decoding_model.predictor.alpha_scale
             scale.fill_(broadcast_object(float(scale), self.ctx))
         progress.epoch += 1
         progress.batch_in_epoch = 0
@@ -339,9 +350,10 @@ class Trainer:
         """Validation, results row, metrics files and plots (main process); -> the validation CER."""
         progress = self.progress
         alpha_scale = None
-        if self.cfg.train.calibrate_cif and self.model.calibrates_cif:
-            alpha_scale = self.model.calibrate_alpha_scale(self.val_loader, self.device)  # before decoding val
-        scores, _, _ = evaluate(self.model, self.val_loader, self.tokenizer, self.device)
+        model = self.decoding_model
+        if self.cfg.train.calibrate_cif and model.calibrates_cif:
+            alpha_scale = model.calibrate_alpha_scale(self.val_loader, self.device)  # before decoding val
+        scores, _, _ = evaluate(model, self.val_loader, self.tokenizer, self.device)
         row = {
             "run_id": self.run.run_id,
             "model_type": self.cfg.model.type,
@@ -378,16 +390,7 @@ class Trainer:
     def _plot(self) -> None:
         plot_loss_curves(self.step_log, self.history, self.run.plots / "loss_curves.png")
         count = min(self.cfg.train.plot_utterances, len(self.data.val))
-        if count == 0 or not self.model.gives_timestamps:
-            return
-        batch = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
-        self.model.eval()
-        clock = frame_clock(self.cfg)
-        tokens, lengths, cif = self.model.decode_aligned(batch.features, batch.feat_mask)
-        times = decoded_token_times(self.model, cif, batch.features, batch.feat_lengths, batch.durations, clock)
-        pieces = [self.tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
-        encoder_frames = self.model.encoder.output_lengths(batch.feat_lengths)
-        data = alignment_plot_data(batch, cif.frame_weights, encoder_frames, times, pieces, clock, count)
-        titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{self.tokenizer.decode(tokens[i, :lengths[i]])}'"
-                  for i in range(count)]
-        plot_cif_alignments(data, titles, self.run.plots / "cif_alignment.png")
+        if count > 0 and self.decoding_model.gives_timestamps:
+            utterances = Collator(self.tokenizer.pad_id)([self.data.val[i] for i in range(count)]).to(self.device)
+            plot_validation_alignments(self.decoding_model, utterances, self.tokenizer, frame_clock(self.cfg),
+                                       self.run.plots / "cif_alignment.png")

@@ -8,6 +8,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from paraformer_asr.data.batching import Batch  # noqa: E402
+from paraformer_asr.data.tokenizer import Tokenizer  # noqa: E402
+from paraformer_asr.decode.timestamps import alignment_plot_data, decoded_token_times  # noqa: E402
 
 
 def plot_loss_curves(step_log: list[dict], history: list[dict], path: Path) -> None:
@@ -67,3 +72,18 @@ def plot_cif_alignments(plot_data: list[dict], titles: list[str], path: Path) ->
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+@torch.no_grad()
+def plot_validation_alignments(model, batch: Batch, tokenizer: Tokenizer, clock, path: Path) -> None:
+    """Decode ``batch`` (a few validation utterances) with ``model``'s CIF and draw each one's alignment."""
+    model.eval()
+    tokens, lengths, cif = model.decode_aligned(batch.features, batch.feat_mask)
+    times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations, clock)
+    pieces = [tokenizer.pieces(row[:n]) for row, n in zip(tokens.tolist(), lengths.tolist())]
+    encoder_frames = model.encoder.output_lengths(batch.feat_lengths)
+    count = batch.features.shape[0]
+    data = alignment_plot_data(batch, cif.frame_weights, encoder_frames, times, pieces, clock, count)
+    titles = [f"{batch.ids[i]}  ref '{batch.texts[i]}'  hyp '{tokenizer.decode(tokens[i, :lengths[i]])}'"
+              for i in range(count)]
+    plot_cif_alignments(data, titles, path)
