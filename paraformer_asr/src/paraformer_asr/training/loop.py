@@ -326,7 +326,7 @@ class Trainer:
         means, skipped = self._reduced_means()
         val_cer = self._validate_and_record(means, skipped, train_seconds, started) if self.ctx.is_main else None
         barrier(self.ctx)
-        if self.ctx.enabled and self.model.calibrates_cif:  # the main process refitted it on the validation set
+        if self.ctx.enabled and self.decoding_model.calibrates_cif:  # the main process refitted it on validation
             scale = self.decoding_model.predictor.alpha_scale
             scale.fill_(broadcast_object(float(scale), self.ctx))
         progress.epoch += 1
