@@ -210,14 +210,15 @@ def test_early_weak_endings_do_not_stop_the_search_before_the_best_hypothesis_en
     assert greedy.tolist() == [[A, A, A]] and greedy_lengths.tolist() == [3]
 
 
-def test_the_ctc_head_ranks_the_beams_again_by_the_documented_formula(ar_model_and_batch):
-    """ctc_score_weight w: each finished beam's score + w x its CTC log-likelihood per token (the forward algorithm
-    written out, asr_reference.py), best first; the tokens follow their scores."""
+@pytest.mark.parametrize("length_penalty", [1.0, 0.5])
+def test_the_ctc_head_ranks_the_beams_again_by_the_documented_formula(ar_model_and_batch, length_penalty):
+    """ctc_score_weight w: each finished beam's score + w x its CTC log-likelihood (the forward algorithm written
+    out, asr_reference.py) / its token count ** length_penalty, best first; the tokens follow their scores."""
     model, batch = ar_model_and_batch
     with torch.no_grad():
-        tokens, scores, lengths = model.beam_search(batch.features, batch.feat_mask, 3)
+        tokens, scores, lengths = model.beam_search(batch.features, batch.feat_mask, 3, length_penalty=length_penalty)
         again, again_scores, again_lengths = model.beam_search(batch.features, batch.feat_mask, 3,
-                                                               ctc_score_weight=0.5)
+                                                               ctc_score_weight=0.5, length_penalty=length_penalty)
         encoder_out, enc_mask = model.encode(batch.features, batch.feat_mask)
         ctc_log_probs = model.ctc(encoder_out)
     for b in range(tokens.shape[0]):
@@ -228,7 +229,7 @@ def test_the_ctc_head_ranks_the_beams_again_by_the_documented_formula(ar_model_a
                 continue
             hypothesis = tokens[b, k, :lengths[b, k]].tolist()
             ctc = loop_ctc_log_likelihood(ctc_log_probs[b, :frames], hypothesis, model.blank_id)
-            expected.append((float(scores[b, k]) + 0.5 * ctc / max(len(hypothesis), 1), hypothesis))
+            expected.append((float(scores[b, k]) + 0.5 * ctc / max(len(hypothesis), 1) ** length_penalty, hypothesis))
         expected.sort(key=lambda pair: -pair[0])
         got = [(float(again_scores[b, k]), again[b, k, :again_lengths[b, k]].tolist())
                for k in range(len(expected))]

@@ -70,11 +70,11 @@ def test_ctc_log_likelihood_sums_every_alignment():
     assert impossible.tolist() == [float("-inf"), float("-inf")]
 
 
-def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0,
-                    ctc_score_weight: float = 0.0) -> tuple[list[list[int]], list[float]]:
+def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
+                    length_penalty: float = 1.0) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
     scaled to the count): greedy tokens, score = (their log-prob sum + ctc_score_weight x their CTC log-likelihood)
-    / count - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire when predictor_bias
+    / count ** length_penalty - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire when predictor_bias
     is 1: the real tokens' distance from the sum less the bias), the first best candidate wins; the CTC term is left
     out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
@@ -101,7 +101,8 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
         use_ctc = any(ctc > float("-inf") for _, _, ctc, _, _ in found)
         best, best_score = None, None
         for tokens, decoder_sum, ctc, count_term, prior_term in found:
-            score = (decoder_sum + (ctc_score_weight * ctc if use_ctc else 0.0)) / count_term - prior_term
+            score = ((decoder_sum + (ctc_score_weight * ctc if use_ctc else 0.0)) / count_term ** length_penalty
+                     - prior_term)
             if best_score is None or score > best_score:
                 best, best_score = tokens, score
         hypotheses.append(best)
@@ -176,16 +177,17 @@ def test_ctc_extractor_length_candidates_match_a_plain_loop(count_prior, ctc_sco
     assert int(lengths.min()) > 0 and not torch.equal(lengths, plain)  # the candidates changed some counts
 
 
-@pytest.mark.parametrize("predictor_bias, count_prior, ctc_score_weight", [(0, 0.0, 0.0), (1, 0.0, 0.0),
-                                                                         (0, 0.3, 0.0), (0, 0.3, 0.5), (1, 0.0, 2.0),
-                                                                         (1, 0.3, 0.0), (1, 1.0, 0.5)])
-def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior, ctc_score_weight):
+@pytest.mark.parametrize("predictor_bias, count_prior, ctc_score_weight, length_penalty", [
+    (0, 0.0, 0.0, 1.0), (1, 0.0, 0.0, 1.0), (0, 0.3, 0.0, 1.0), (0, 0.3, 0.5, 1.0), (1, 0.0, 2.0, 1.0),
+    (1, 0.3, 0.0, 1.0), (1, 1.0, 0.5, 1.0), (0, 0.0, 0.0, 0.0), (0, 0.3, 0.5, 0.5), (1, 0.0, 2.0, 0.5)])
+def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prior, ctc_score_weight, length_penalty):
     model, batch, _ = _tiny_paraformer(predictor_bias, ctc_weight=0.3 if ctc_score_weight else 0.0)
     tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, spread=2,
                                                                      count_prior=count_prior,
-                                                                     ctc_score_weight=ctc_score_weight)
+                                                                     ctc_score_weight=ctc_score_weight,
+                                                                     length_penalty=length_penalty)
     expected, expected_scores = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2,
-                                                count_prior, ctc_score_weight)
+                                                count_prior, ctc_score_weight, length_penalty)
     got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
     assert got == expected
     assert scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
@@ -275,6 +277,8 @@ def test_a_ctc_score_needs_a_ctc_head_and_hypotheses_to_rank():
     ("decode.beam_size=0", "decode.beam_size"),
     ("decode.length_candidates=-1", "decode.length_candidates"),
     ("decode.count_prior=-0.5", "decode.count_prior"),
+    ("decode.length_penalty=-1", "decode.length_penalty"),
+    ("decode.length_penalty=inf", "decode.length_penalty"),
     ("decode.method=sample", "decode.method"),
     ("decode.temperature=1", "decode.temperature"),
 ])
@@ -287,14 +291,15 @@ def test_unset_options_come_from_the_checkpoint_config_and_flags_override_them()
     shipped = config_from_dict(tiny_raw_config(), ["decode.method=beam", "decode.beam_size=8", "decode.lm_order=6",
                                                    "decode.lm_weight=1.0", "decode.length_candidates=3",
                                                    "decode.count_prior=0.3", "decode.ctc_score_weight=0.5",
-                                                   "model.ctc_weight=0.3"]).decode
-    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5, False)
-    assert DecodingOptions(beam_size=2, ctc_score_weight=0).resolve(shipped) == DecodingOptions("beam", 2, 6, 1.0, 3,
-                                                                                                0.3, 0, False)
+                                                   "decode.length_penalty=0.5", "model.ctc_weight=0.3"]).decode
+    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5, False, 0.5)
+    assert DecodingOptions(beam_size=2, ctc_score_weight=0, length_penalty=1).resolve(shipped) == DecodingOptions(
+        "beam", 2, 6, 1.0, 3, 0.3, 0, False, 1)
     # greedy decoding drops the config's LM (it belongs to the beam search) but keeps its length candidates
-    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3, 0.5, False)
+    assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3, 0.5, False,
+                                                                                0.5)
     plain = config_from_dict(tiny_raw_config()).decode
-    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0, False)
+    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0, False, 1.0)
     with pytest.raises(ConfigError, match="an LM needs --decode beam"):
         DecodingOptions(lm_order=3).resolve(plain)
 
@@ -315,25 +320,29 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
     from paraformer_asr.training.launch import train
 
     raw = tiny_raw_config(str(tmp_path / "runs"))
-    raw["decode"] = {"method": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1}
+    raw["decode"] = {"method": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1,
+                     "length_penalty": 0.5}
     run = train(config_from_dict(raw))
     evaluate = load_script("eval").main
     results = {}
-    for name, flags in {"config": [], "greedy": ["--decode", "greedy", "--length-candidates", "0"]}.items():
+    for name, flags in {"config": [], "greedy": ["--decode", "greedy", "--length-candidates", "0",
+                                                 "--length-penalty", "1"]}.items():
         out = tmp_path / f"{name}.json"
         assert run_main(evaluate, ["--checkpoint", str(run), "--out", str(out), *flags]) == 0
         results[name] = json.loads(out.read_text())
-    assert {k: results["config"][k] for k in ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates")} \
-        == {"decode": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1}
-    assert {k: results["greedy"][k] for k in ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates")} \
-        == {"decode": "greedy", "beam_size": 1, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0}
+    keys = ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates", "length_penalty")
+    assert {k: results["config"][k] for k in keys} == {"decode": "beam", "beam_size": 3, "lm_order": 3,
+                                                       "lm_weight": 0.5, "length_candidates": 1, "length_penalty": 0.5}
+    assert {k: results["greedy"][k] for k in keys} == {"decode": "greedy", "beam_size": 1, "lm_order": 0,
+                                                       "lm_weight": 0.0, "length_candidates": 0, "length_penalty": 1}
 
 
 def test_the_tuning_grid_order_and_the_section_beam_size():
     from paraformer_asr.training.tuning import COUNT_PRIORS, CTC_SCORE_WEIGHT, DEFAULT_SPREAD, LM_WEIGHTS, decoding_grid
 
-    section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5"]).decode
+    section = config_from_dict(tiny_raw_config(), ["decode.beam_size=5", "decode.length_penalty=0.5"]).decode
     grid = decoding_grid(section)
+    assert {s.length_penalty for s in grid} == {0.5}  # the section's, not a choice of the grid
     assert len(grid) == 1 + len(COUNT_PRIORS) * (1 + len(LM_WEIGHTS))
     assert (grid[0].method, grid[0].lm_order, grid[0].length_candidates) == ("greedy", 0, 0)
     assert all(s.length_candidates == DEFAULT_SPREAD and s.lm_order == 6 and s.beam_size == 5

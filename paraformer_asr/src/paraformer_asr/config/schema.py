@@ -271,6 +271,9 @@ class DecodeConfig:
     # ... plus ctc_score_weight x each hypothesis's CTC log-likelihood per token (a model with a CTC head; 0: none;
     # the autoregressive baseline ranks its beams again with it)
     ctc_score_weight: float = 0.0
+    # each summed score is divided by the token count to this power where hypotheses of different lengths compete
+    # (the length candidates, the autoregressive beams; 1: per token)
+    length_penalty: float = 1.0
     lexicon: bool = False  # Paraformer: only sentences of the training transcripts' words (decode/lexicon.py)
     # at the end of training, choose method, lm_weight, length_candidates, count_prior and ctc_score_weight on the
     # validation set

@@ -95,6 +95,8 @@ def validate(cfg: Config) -> Config:
     _require(decode.length_candidates >= 0, "decode.length_candidates", ">= 0", decode.length_candidates)
     _require(decode.count_prior >= 0, "decode.count_prior", ">= 0", decode.count_prior)
     _require(decode.ctc_score_weight >= 0, "decode.ctc_score_weight", ">= 0", decode.ctc_score_weight)
+    _require(0 <= decode.length_penalty < float("inf"), "decode.length_penalty", "a finite number >= 0",
+             decode.length_penalty)
     missing = ctc_score_missing(model, decode.method, decode.length_candidates) if decode.ctc_score_weight else None
     _require(missing is None, "decode.ctc_score_weight", f"0 without {missing}", decode.ctc_score_weight)
     paraformer = model.type == "paraformer"

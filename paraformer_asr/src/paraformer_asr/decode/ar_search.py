@@ -250,8 +250,8 @@ class ArDecoding:
         beams that do not exist), lengths [B, beam] (tokens without eos). ``hotwords``: biased toward its phrases
         (:func:`ar_beam_search`). A ``lexicon`` is a ValueError: the lexicon constraint (decode/lexicon.py) is the
         Paraformer's, whose counted positions can spell words that do not exist; this decoder learns the words. ``ctc_score_weight`` w > 0 (a model with a CTC head): the finished beams are ranked
-        again by score + w x their CTC log-likelihood per token (models/ctc.py, ``ctc_rescored``), which the scores
-        then are."""
+        again by score + w x their CTC log-likelihood divided by their token count to the power ``length_penalty``
+        (models/ctc.py, ``ctc_rescored``), which the scores then are."""
         if lexicon is not None:
             raise ValueError("the autoregressive baseline does not decode with a lexicon (a Paraformer's option)")
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
@@ -263,7 +263,7 @@ class ArDecoding:
         if ctc_log_probs is None:
             raise ValueError("a CTC score needs a model trained with a CTC head (model.ctc_weight > 0)")
         scores = ctc_rescored(scores, tokens, lengths, ctc_log_probs, enc_mask.sum(dim=1), self.blank_id,
-                              ctc_score_weight)  # [B, beam]
+                              ctc_score_weight, length_penalty)  # [B, beam]
         order = scores.argsort(dim=1, descending=True, stable=True)  # [B, beam]
         return (tokens.gather(1, order.unsqueeze(-1).expand_as(tokens)), scores.gather(1, order),
                 lengths.gather(1, order))

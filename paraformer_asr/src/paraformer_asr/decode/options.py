@@ -31,7 +31,8 @@ class DecodingOptions:
     extractor's own (a Paraformer: the CIF's count +- 1..k, or the CTC extractor's greedy path under k blank offsets
     either way) and keeps the candidate with the best score per token, less count_prior x its distance to the
     extractor's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
-    autoregressive baseline's beams are ranked again with it); lexicon: a Paraformer's hypotheses are sentences of the
+    autoregressive baseline's beams are ranked again with it); length_penalty: the power of the token count that
+    divides each summed score where hypotheses of different lengths compete (1: per token, as said above); lexicon: a Paraformer's hypotheses are sentences of the
     words of its training transcripts where one of the counted length exists (decode/lexicon.py; greedy becomes beam
     1 constrained). None: the checkpoint's ``decode`` section
     (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
@@ -48,6 +49,7 @@ class DecodingOptions:
     count_prior: float | None = None
     ctc_score_weight: float | None = None
     lexicon: bool | None = None
+    length_penalty: float | None = None
     hotwords: tuple[Hotword, ...] | None = None
     hotword_weight: float = DEFAULT_HOTWORD_WEIGHT
     hotword_margin: float | None = DEFAULT_HOTWORD_MARGIN
@@ -67,6 +69,8 @@ class DecodingOptions:
             raise ConfigError(f"--count-prior must be >= 0, got {self.count_prior}")
         if (self.ctc_score_weight or 0) < 0:
             raise ConfigError(f"--ctc-score-weight must be >= 0, got {self.ctc_score_weight}")
+        if self.length_penalty is not None and not (self.length_penalty >= 0 and math.isfinite(self.length_penalty)):
+            raise ConfigError(f"--length-penalty must be a finite number >= 0, got {self.length_penalty}")
         if not (self.hotword_weight > 0 and math.isfinite(self.hotword_weight)):
             raise ConfigError(f"--hotword-weight must be a finite number > 0, got {self.hotword_weight}")
         if self.hotword_margin is not None and not (self.hotword_margin >= 0 and math.isfinite(self.hotword_margin)):
@@ -91,7 +95,7 @@ class DecodingOptions:
     def search_arguments(self, loaded) -> dict:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
-        without an LM), length_candidates, count_prior, ctc_score_weight, hotwords (the list's HotwordTrie over the
+        without an LM), length_candidates, count_prior, ctc_score_weight, length_penalty, hotwords (the list's HotwordTrie over the
         model's units, None without a list or with an empty one) and lexicon (the LexiconAutomaton of its training
         transcripts' words, or None); ConfigError when the model cannot decode that way (or a phrase has characters
         its units cannot write)."""
@@ -114,7 +118,8 @@ class DecodingOptions:
         return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
                 "lm_weight": options.lm_weight if lm is not None else 0.0,
                 "length_candidates": options.length_candidates, "count_prior": options.count_prior,
-                "ctc_score_weight": options.ctc_score_weight, "hotwords": hotwords, "lexicon": lexicon}
+                "ctc_score_weight": options.ctc_score_weight, "length_penalty": options.length_penalty,
+                "hotwords": hotwords, "lexicon": lexicon}
 
 
     def hotword_trie(self, entries, tokenizer) -> HotwordTrie:
@@ -123,7 +128,8 @@ class DecodingOptions:
 
 
 def add_decoding_arguments(parser) -> None:
-    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior, --ctc-score-weight (see
+    """--decode, --beam-size, --lm-order, --lm-weight, --length-candidates, --count-prior, --ctc-score-weight,
+    --length-penalty (see
     :class:`DecodingOptions`), --lexicon / --no-lexicon, each defaulting to the checkpoint's ``decode`` config
     section; --hotwords, --hotword-weight, --hotword-margin."""
     group = parser.add_argument_group("decoding (the same options in eval.py, infer.py and serve.py; each defaults "
@@ -145,6 +151,10 @@ def add_decoding_arguments(parser) -> None:
                        help="a model trained with a CTC head: add this times each hypothesis's CTC log-likelihood per "
                             "token to its score, over the length candidates (Paraformer) or the beams "
                             "(autoregressive baseline) (0 = none)")
+    group.add_argument("--length-penalty", type=float, default=None,
+                       help="divide each hypothesis's summed score by its token count to this power where "
+                            "hypotheses of different lengths compete (length candidates, autoregressive beams): 1 "
+                            "= the mean per token, below 1 favours fewer tokens")
     group.add_argument("--lexicon", action=argparse.BooleanOptionalAction, default=None,
                        help="Paraformer: only sentences of the words of the checkpoint's training transcripts, where "
                             "one with the counted number of units exists (closed vocabularies: a count one off can "
@@ -177,6 +187,7 @@ def decoding_options(args) -> DecodingOptions:
     options = DecodingOptions(method=args.decode, beam_size=args.beam_size, lm_order=args.lm_order,
                               lm_weight=args.lm_weight, length_candidates=args.length_candidates,
                               count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight,
+                              length_penalty=args.length_penalty,
                               lexicon=args.lexicon, hotword_weight=args.hotword_weight,
                               hotword_margin=args.hotword_margin)
     if args.hotwords is None:

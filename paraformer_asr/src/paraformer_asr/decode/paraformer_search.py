@@ -24,6 +24,12 @@ from paraformer_asr.models.ctc_extractor import (CtcExtraction, blank_offsets, c
 from paraformer_asr.models.paraformer import Paraformer, TokenExtraction
 
 
+def length_norm(lengths: torch.Tensor, length_penalty: float) -> torch.Tensor:
+    """What a hypothesis's summed score is divided by: its token count (at least 1) to the power ``length_penalty``.
+    lengths long [...] -> float [...]."""
+    return lengths.clamp(min=1).to(torch.float32) ** length_penalty
+
+
 def candidate_counts(counts: torch.Tensor, spread: int, minimum: int = 1) -> torch.Tensor:
     """The token counts tried by length-candidate decoding: counts [B] long -> [B, 2 * spread + 1], the count
     itself and count +- 1..spread; a candidate below ``minimum`` is replaced by the count itself (so an utterance
@@ -75,33 +81,35 @@ class ParaformerDecoding:
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
                        ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                       lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
+                       lexicon: LexiconAutomaton | None = None,
+                       length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
         """The best hypothesis and the extraction it came from (for :meth:`token_spans`): :meth:`decode_scored`
         without the scores. -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
         return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
-                                  ctc_score_weight, hotwords, lexicon)[:3]
+                                  ctc_score_weight, hotwords, lexicon, length_penalty)[:3]
 
     @torch.no_grad()
     def decode_scored(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
                       ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                      lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
-                                                                        torch.Tensor]:
-        """The best hypothesis, the extraction it came from, and its score per token.
+                      lexicon: LexiconAutomaton | None = None,
+                      length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction, torch.Tensor]:
+        """The best hypothesis, the extraction it came from, and its normalised score.
 
         beam_size 1 without an LM, hotwords or a lexicon is greedy; otherwise :meth:`beam_search`'s best beam (with
         ``hotwords``, a non-empty HotwordTrie, biased toward its phrases: decode/hotwords.py; greedy with hotwords is
         beam 1 with biasing; with a ``lexicon``, only sentences of its words: decode/lexicon.py, greedy being beam 1
         constrained). ``length_candidates`` k > 0:
-        :meth:`decode_length_candidates` with spread k, ``count_prior`` and ``ctc_score_weight``. The score is the
-        hypothesis's decoder log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its token count (at
-        least 1), with candidates less the count prior's term and plus the CTC term: what the length candidates are
+        :meth:`decode_length_candidates` with spread k, ``count_prior``, ``ctc_score_weight`` and ``length_penalty``.
+        The score is the hypothesis's decoder log-prob (plus ``lm_weight`` x its LM sentence log-prob) divided by its
+        token count (at least 1) to the power ``length_penalty`` (1: per token), with candidates less the count prior's
+        term and plus the CTC term: what the length candidates are
         chosen by, and what long-form decoding compares when it judges a pause (decode/longform/pauses.py); the
         hotword bonuses of the phrases a hypothesis completes are part of it.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
         if length_candidates > 0:
             return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
-                                                 count_prior, ctc_score_weight, hotwords, lexicon)
+                                                 count_prior, ctc_score_weight, hotwords, lexicon, length_penalty)
         log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None and not biasing(hotwords) and lexicon is None:
             best, tokens = log_probs.max(dim=-1)  # [B, N] each
@@ -111,24 +119,26 @@ class ParaformerDecoding:
             beams, beam_scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords,
                                                          lexicon)
             tokens, scores = beams[:, 0], beam_scores[:, 0]
-        return tokens, extraction.num_tokens, extraction, scores / extraction.num_tokens.clamp(min=1)
+        return tokens, extraction.num_tokens, extraction, scores / length_norm(extraction.num_tokens, length_penalty)
 
     @torch.no_grad()
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
                                  beam_size: int = 1, lm=None, lm_weight: float = 0.0, count_prior: float = 0.0,
                                  ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                                 lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor,
-                                                                                   TokenExtraction, torch.Tensor]:
+                                 lexicon: LexiconAutomaton | None = None,
+                                 length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
+                                                                       torch.Tensor]:
         """Length candidates: 2 x ``spread`` + 1 token extractions per utterance, decoded in one batched pass. CIF:
         its own count N and N +- 1..``spread`` (:func:`candidate_counts`), the alphas scaled to sum to each as in
         training. CTC: the greedy path with the blank's log-prob offset by -``spread``..``spread`` steps
         (models/ctc_extractor.py, :func:`blank_offsets`), one count each.
-        Every hypothesis (``beam_size`` per candidate) is scored per token: its decoder log-prob, plus ``lm_weight``
+        Every hypothesis (``beam_size`` per candidate) is scored by its decoder log-prob, plus ``lm_weight``
         x the LM's sentence log-prob with an ``lm``, plus the bonuses of the ``hotwords`` phrases it completes (only
         sentences of the ``lexicon``'s words when one is given; an utterance none of whose candidates has one is
         decoded without it), plus
         ``ctc_score_weight`` x its CTC log-likelihood over the encoder frames (``ctc_log_likelihood``; models with a
-        CTC head), all divided by its token count; less
+        CTC head), all divided by its token count to the power ``length_penalty`` (1: the mean per token; below 1 a
+        token more costs more, so shorter candidates gain); less
         ``count_prior`` x the candidate's distance to the extractor's own expected count of real tokens (CIF: the sum
         of its calibrated alphas less ``model.predictor_bias``, whose <eos> fire the candidates' lengths leave out;
         CTC: the plain greedy path's count). The best per utterance wins. A count one off spells a
@@ -137,7 +147,7 @@ class ParaformerDecoding:
         counts well want a prior). The CTC head scores every frame of the utterance, so it tells a doubled or dropped
         letter from a right one where the decoder, which sees the candidate's count as given, cannot.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' extraction; their
-        scores per token [B], the prior's and the CTC's terms included)."""
+        normalised scores [B], the prior's and the CTC's terms included)."""
         if spread < 1:
             raise ValueError(f"length candidates need a spread >= 1, got {spread}")
         encoder_out, enc_mask = self.encode(features, feat_mask)  # [B, T', D], [B, T']
@@ -161,17 +171,17 @@ class ParaformerDecoding:
                                                 rows_per_utterance=width)  # [B*K, beam, N]
         hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
         lengths = extraction.num_tokens.repeat_interleave(beams.shape[1]).view(batch, hypotheses)  # [B, K*beam]
-        per_token = scores.view(batch, hypotheses) / lengths.clamp(min=1)  # [B, K*beam]
-        per_token = per_token - count_prior * (lengths - expected.view(batch, width).repeat_interleave(
+        normalised = scores.view(batch, hypotheses) / length_norm(lengths, length_penalty)  # [B, K*beam]
+        normalised = normalised - count_prior * (lengths - expected.view(batch, width).repeat_interleave(
             beams.shape[1], dim=1)).abs()
         if ctc_score_weight > 0:
-            per_token = ctc_rescored(per_token, beams.reshape(batch, hypotheses, -1), lengths, ctc_log_probs, frames,
-                                     self.blank_id, ctc_score_weight)
-        best = per_token.argmax(dim=1)  # [B]
+            normalised = ctc_rescored(normalised, beams.reshape(batch, hypotheses, -1), lengths, ctc_log_probs, frames,
+                                      self.blank_id, ctc_score_weight, length_penalty)
+        best = normalised.argmax(dim=1)  # [B]
         rows = torch.arange(batch, device=best.device) * hypotheses + best  # [B] into [B*K*beam]
         chosen = extraction.select(rows // beams.shape[1])
         return (beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen,
-                per_token.flatten()[rows])
+                normalised.flatten()[rows])
 
     def _cif_candidates(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, repeated: torch.Tensor,
                         spread: int) -> tuple[CifOutput, torch.Tensor]:
@@ -226,14 +236,16 @@ class ParaformerDecoding:
     def beam_search(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int, lm=None,
                     lm_weight: float = 0.0, ctc_score_weight: float = 0.0,
                     hotwords: HotwordTrie | None = None,
-                    lexicon: LexiconAutomaton | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    lexicon: LexiconAutomaton | None = None,
+                    length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """-> tokens [B, beam, T_out], scores [B, beam] (log-probs, best first), lengths [B, beam].
 
         With ``lm`` (a TokenNgramLM) the scores add lm_weight x its sentence log-prob (decode/lm_fusion.py); with
         ``hotwords`` (a HotwordTrie) the bonuses of the phrases each hypothesis completes (decode/hotwords.py); with
         a ``lexicon`` (a LexiconAutomaton) only sentences of its words (decode/lexicon.py). The
         Paraformer's CTC score ranks length candidates (:meth:`decode_length_candidates`): ``ctc_score_weight`` > 0
-        here is a ValueError."""
+        here is a ValueError. Every beam has the extractor's count, so ``length_penalty`` (the interface's, for the
+        autoregressive baseline's beams) changes no ranking; the scores are sums."""
         if ctc_score_weight > 0:
             raise ValueError("the Paraformer's CTC score ranks length candidates: use decode_length_candidates")
         log_probs, extraction = self.posteriors(features, feat_mask)

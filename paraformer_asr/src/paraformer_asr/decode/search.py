@@ -44,7 +44,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
                        beam_size: int = 4, lm=None, lm_weight: float = 0.0, clock: FrameClock | None = None,
                        length_candidates: int = 0, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
                        hotwords: HotwordTrie | None = None,
-                       lexicon: LexiconAutomaton | None = None) -> tuple[list[Transcript], float]:
+                       lexicon: LexiconAutomaton | None = None,
+                       length_penalty: float = 1.0) -> tuple[list[Transcript], float]:
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``; with
     ``hotwords`` (a non-empty HotwordTrie, decode/hotwords.py) every search is biased toward its phrases, greedy
@@ -54,7 +55,9 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     decoded too (decode/paraformer_search.py, ``decode_length_candidates``) and the best per token kept, less
     ``count_prior`` x its distance to the extractor's expected count and plus
     ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``); the autoregressive
-    baseline's beams are ranked again with that CTC term (``model.beam_search``).
+    baseline's beams are ranked again with that CTC term (``model.beam_search``). ``length_penalty``: every summed
+    score that ranks hypotheses of different lengths (the candidates, the autoregressive beams) is divided by the
+    token count to this power ("per token" above is 1).
     With a ``clock`` (decode/timestamps.py) every token also gets its CIF times; only models with
     ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise. An utterance too short for the encoder's
     subsampling (fewer than ``MIN_INPUT_FRAMES`` frames, e.g. a 30 ms clip) gets an empty hypothesis."""
@@ -76,7 +79,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
             tokens, lengths, cif, scores = model.decode_scored(batch.features, batch.feat_mask,
                                                                beam_size if method == "beam" else 1, lm, lm_weight,
                                                                length_candidates, count_prior, ctc_score_weight,
-                                                               hotwords, lexicon)
+                                                               hotwords, lexicon, length_penalty)
             if clock is not None:
                 times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations,
                                             clock)  # 2 x [B, N]
@@ -86,7 +89,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
             beams, _, beam_lengths = model.beam_search(batch.features, batch.feat_mask,
                                                        beam_size if method == "beam" else 1, lm=lm,
                                                        lm_weight=lm_weight, ctc_score_weight=ctc_score_weight,
-                                                       hotwords=hotwords, lexicon=lexicon)
+                                                       hotwords=hotwords, lexicon=lexicon,
+                                                       length_penalty=length_penalty)
             tokens, lengths = beams[:, 0], beam_lengths[:, 0]
         if device.type == "cuda":
             torch.cuda.synchronize(device)

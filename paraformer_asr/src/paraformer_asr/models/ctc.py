@@ -51,13 +51,14 @@ def ctc_log_likelihood(log_probs: torch.Tensor, input_lengths: torch.Tensor, tok
 
 
 def ctc_rescored(scores: torch.Tensor, hypotheses: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor,
-                 frames: torch.Tensor, blank_id: int, weight: float) -> torch.Tensor:
-    """Hypotheses' scores per token plus ``weight`` x their CTC log-likelihood per token (:func:`ctc_log_likelihood`).
+                 frames: torch.Tensor, blank_id: int, weight: float, length_penalty: float = 1.0) -> torch.Tensor:
+    """Hypotheses' normalised scores plus ``weight`` x their CTC log-likelihood (:func:`ctc_log_likelihood`) divided
+    by their token count to the power ``length_penalty`` (1: per token, as the scores are by default).
     scores [B, H] (-inf: a hypothesis that does not exist), hypotheses [B, H, N], lengths [B, H], log_probs [B, T, V]
     (the CTC head's, once per utterance), frames [B] -> [B, H]. A hypothesis no alignment can produce gets -inf; an
     utterance none of whose hypotheses can be aligned keeps its scores."""
     batch, width = scores.shape
     likelihood = ctc_log_likelihood(log_probs.repeat_interleave(width, dim=0), frames.repeat_interleave(width),
                                     hypotheses.flatten(0, 1), lengths.flatten(), blank_id).view(batch, width)
-    rescored = scores + weight * likelihood / lengths.clamp(min=1)  # [B, H]
+    rescored = scores + weight * likelihood / lengths.clamp(min=1).to(likelihood.dtype) ** length_penalty  # [B, H]
     return torch.where(rescored.isfinite().any(dim=1, keepdim=True), rescored, scores)

@@ -4,17 +4,18 @@
         warm-up)
     greedy_decode(features, feat_mask) -> (tokens [B, T_out] long, lengths [B] long)
     beam_search(features, feat_mask, beam_size, lm=None, lm_weight=0.0, ctc_score_weight=0.0, hotwords=None,
-                lexicon=None)
+                lexicon=None, length_penalty=1.0)
         -> (tokens [B, beam, T_out], scores [B, beam], lengths [B, beam]); ``lm`` a TokenNgramLM
         (decode/ngram_lm.py) joined by shallow fusion with weight ``lm_weight``; ``ctc_score_weight`` > 0 ranks the
         autoregressive baseline's finished beams again by its CTC head (a ValueError for the Paraformer, whose CTC
         score ranks length candidates); ``hotwords`` a HotwordTrie (decode/hotwords.py) the search is biased toward;
         ``lexicon`` a LexiconAutomaton (decode/lexicon.py) the Paraformer's hypotheses are held to (a ValueError for
-        the autoregressive baseline)
+        the autoregressive baseline); ``length_penalty`` the power of the token count dividing each finished beam's
+        summed score (the Paraformer's beams all have one count: no ranking changes)
     gives_timestamps: bool attribute, True when the model also offers
         decode_aligned(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
-                       ctc_score_weight, hotwords, lexicon) -> (tokens, lengths, extraction),
-        decode_scored(...) -> the same and each hypothesis's score per token [B], and
+                       ctc_score_weight, hotwords, lexicon, length_penalty) -> (tokens, lengths, extraction),
+        decode_scored(...) -> the same and each hypothesis's normalised score [B], and
         token_spans(extraction) -> (starts [B, N], ends [B, N]) encoder-frame positions (its token extractor's
         alignment, CIF fires or CTC frames; decode/timestamps.py turns them into milliseconds)
     calibrates_cif: bool attribute, True when the model also offers

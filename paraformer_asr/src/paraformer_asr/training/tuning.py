@@ -97,7 +97,8 @@ def tune_decoding(loaded, loader, device: torch.device, spread: int | None = Non
             scores, _, _ = evaluate(loaded.model, loader, loaded.tokenizer, device, setting.method, setting.beam_size,
                                     lm, setting.lm_weight if lm is not None else 0.0,
                                     length_candidates=setting.length_candidates, count_prior=setting.count_prior,
-                                    ctc_score_weight=setting.ctc_score_weight)
+                                    ctc_score_weight=setting.ctc_score_weight,
+                                    length_penalty=setting.length_penalty)
             rows.append({**dataclasses.asdict(setting), "cer": scores["cer"], "wer": scores["wer"]})
     best = choose([row["cer"] for row in rows], [row["wer"] for row in rows])
     for index, row in enumerate(rows):

@@ -29,7 +29,8 @@ from paraformer_asr.metrics.asr_metrics import score_transcripts
 def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, device: torch.device,
                        tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
-                       ctc_score_weight: float = 0.0, hotwords=None, lexicon=None) -> dict:
+                       ctc_score_weight: float = 0.0, hotwords=None, lexicon=None,
+                       length_penalty: float = 1.0) -> dict:
     """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
     ('beam', best beam scored), with an optional n-gram ``lm``, length candidates, ``hotwords`` (a HotwordTrie) and a
     ``lexicon`` (a LexiconAutomaton) as
@@ -54,7 +55,8 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         raise ValueError("benchmark_decoding needs at least one batch")
     search = {"method": method, "beam_size": beam_size, "lm": lm, "lm_weight": lm_weight,
               "length_candidates": length_candidates, "count_prior": count_prior,
-              "ctc_score_weight": ctc_score_weight, "hotwords": hotwords, "lexicon": lexicon}
+              "ctc_score_weight": ctc_score_weight, "hotwords": hotwords, "lexicon": lexicon,
+              "length_penalty": length_penalty}
     with torch.no_grad():
         if warmup_batches > 0:
             transcribe_batches(model, batches[:warmup_batches], device, **search)
@@ -76,6 +78,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "length_candidates": length_candidates,
         "count_prior": count_prior if length_candidates else 0.0,
         "ctc_score_weight": ctc_score_weight,
+        "length_penalty": length_penalty,
         "hotwords": hotwords.num_phrases if hotwords is not None else 0,
         "num_utterances": len(transcripts),
         "num_batches": len(batches),
