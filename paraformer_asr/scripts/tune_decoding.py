@@ -1,7 +1,7 @@
 """Choose a Paraformer checkpoint's decoding on its validation set and write it into a checkpoint:
 
     python scripts/tune_decoding.py --checkpoint RUN_DIR_OR_CKPT --out tuned.pt [--split val | --manifest FILE.jsonl]
-        [--table grid.md] [--length-candidates K]
+        [--table grid.md] [--length-candidates K] [--length-penalty A]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
 n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, the
@@ -13,7 +13,9 @@ another set instead, a selection set of the recordings the model is for (other v
 split, the config's test manifest and a manifest whose file name says test are refused.
 The length candidates are N +- 1..K (the CTC extractor: its greedy path under K blank offsets either way), K from
 --length-candidates, else the checkpoint's decode section (a tuned checkpoint holds the spread it was tuned with),
-else training/tuning.py's ``DEFAULT_SPREAD``.
+else training/tuning.py's ``DEFAULT_SPREAD``. Every setting ranks hypotheses of different lengths with the length
+penalty A (the summed score divided by the token count to the power A), from --length-penalty, else the checkpoint's
+decode section.
 """
 
 from __future__ import annotations
@@ -39,9 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length-candidates", type=int, default=None, metavar="K",
                         help="the spread of the length candidates the grid tries (default: the checkpoint's "
                              f"decode.length_candidates, else {DEFAULT_SPREAD})")
+    parser.add_argument("--length-penalty", type=float, default=None, metavar="A",
+                        help="the length penalty every setting ranks its hypotheses with (default: the checkpoint's "
+                             "decode.length_penalty)")
     args = parser.parse_args(argv)
     payload, best, rows = tune_checkpoint(args.checkpoint, args.split, args.batch_size,
-                                          spread=args.length_candidates, manifest=args.manifest)
+                                          spread=args.length_candidates, manifest=args.manifest,
+                                          length_penalty=args.length_penalty)
     save_checkpoint(payload, args.out)
     table = grid_table(rows)
     if args.table:

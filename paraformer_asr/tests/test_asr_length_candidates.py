@@ -361,20 +361,23 @@ def test_the_tuning_grid_order_and_the_section_beam_size():
     assert [dataclasses.replace(s, ctc_score_weight=0.0) for s in with_ctc] == grid  # otherwise the same
 
 
-def test_tune_decoding_tries_the_spread_it_is_given_and_refuses_one_below_1(tmp_path, tone_checkpoint, capsys):
+def test_tune_decoding_tries_the_spread_and_penalty_it_is_given_and_refuses_bad_ones(tmp_path, tone_checkpoint, capsys):
     from paraformer_asr.cli import run_main
     from paraformer_asr.inference import load_model
 
     tune = load_script("tune_decoding")
     out, table = tmp_path / "tuned.pt", tmp_path / "grid.md"
     common = ["--checkpoint", str(tone_checkpoint), "--out", str(out), "--table", str(table)]
-    assert run_main(tune.main, common + ["--length-candidates", "2"]) == 0
+    assert run_main(tune.main, common + ["--length-candidates", "2", "--length-penalty", "0.5"]) == 0
     spreads = [int(line.split("|")[5]) for line in table.read_text().splitlines()[2:]]
     assert spreads[0] == 0 and set(spreads[1:]) == {2}  # one-pass greedy first, every other setting +- 2
-    assert load_model(out, "torch", "cpu", 1)[0].cfg.decode.length_candidates in (0, 2)
+    tuned = load_model(out, "torch", "cpu", 1)[0].cfg.decode
+    assert tuned.length_candidates in (0, 2) and tuned.length_penalty == 0.5  # the penalty it was tuned with
     capsys.readouterr()
     assert run_main(tune.main, common + ["--length-candidates", "0"]) == 2
     assert "--length-candidates) must be >= 1, got 0" in capsys.readouterr().err
+    assert run_main(tune.main, common + ["--length-penalty", "-1"]) == 2
+    assert "--length-penalty must be a finite number >= 0, got -1" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -118,9 +118,11 @@ def choose(cers: list[float], wers: list[float]) -> int:
 
 
 def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torch.device | None = None,
-                    spread: int | None = None, manifest: str | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
+                    spread: int | None = None, manifest: str | None = None,
+                    length_penalty: float | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
     """:func:`tune_decoding` for a checkpoint file or run folder on its ``split``, or on ``manifest`` when given (a
-    selection set of other voices), with length candidates +- ``spread`` when given -> (its payload with the chosen
+    selection set of other voices), with length candidates +- ``spread`` and the grid ranking them with
+    ``length_penalty`` when given (else the checkpoint's section's) -> (its payload with the chosen
     ``decode`` section in its config and a ``decoding_tuned_on`` record, the choice, the grid's rows). ConfigError
     for the autoregressive baseline (nothing to tune) and for a test set
     (:func:`~paraformer_asr.training.calibration.why_test_set`): the choice is made on validation data."""
@@ -128,6 +130,10 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
     checkpoint = resolve_eval_checkpoint(path)
     payload = load_checkpoint(checkpoint)
     loaded = model_from_checkpoint(payload, checkpoint, device)
+    if length_penalty is not None:
+        if not 0 <= length_penalty < float("inf"):
+            raise ConfigError(f"--length-penalty must be a finite number >= 0, got {length_penalty}")
+        loaded.cfg.decode = dataclasses.replace(loaded.cfg.decode, length_penalty=length_penalty)
     if loaded.cfg.model.type != "paraformer":
         raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer (this one: {loaded.cfg.model.type})")
     data = evaluation_manifest(loaded, split, manifest) or f"toy:{split}"
