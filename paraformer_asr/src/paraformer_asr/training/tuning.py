@@ -48,6 +48,7 @@ import torch
 from paraformer_asr.config import Config, DecodeConfig
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
+from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import (evaluation_loader, evaluation_manifest, model_from_checkpoint,
                                       resolve_eval_checkpoint)
@@ -131,8 +132,7 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
     payload = load_checkpoint(checkpoint)
     loaded = model_from_checkpoint(payload, checkpoint, device)
     if length_penalty is not None:
-        if not 0 <= length_penalty < float("inf"):
-            raise ConfigError(f"--length-penalty must be a finite number >= 0, got {length_penalty}")
+        DecodingOptions(length_penalty=length_penalty)  # ConfigError naming --length-penalty for a bad value
         loaded.cfg.decode = dataclasses.replace(loaded.cfg.decode, length_penalty=length_penalty)
     if loaded.cfg.model.type != "paraformer":
         raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer (this one: {loaded.cfg.model.type})")
