@@ -74,9 +74,9 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
                     length_penalty: float = 1.0) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
     scaled to the count): greedy tokens, score = (their log-prob sum + ctc_score_weight x their CTC log-likelihood)
-    / count ** length_penalty - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire when predictor_bias
-    is 1: the real tokens' distance from the sum less the bias), the first best candidate wins; the CTC term is left
-    out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
+    / count ** length_penalty - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire
+    when predictor_bias is 1: the real tokens' distance from the sum less the bias), the first best candidate wins;
+    the CTC term is left out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
     hypotheses, scores = [], []
     for row in range(features.shape[0]):

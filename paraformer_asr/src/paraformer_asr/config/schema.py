@@ -264,7 +264,7 @@ class DecodeConfig:
     beam_size: int = 4
     lm_order: int = 0  # with method beam: a token n-gram LM of this order from the training transcripts (0: none)
     lm_weight: float = 0.3
-    # Paraformer with the CIF: also decode the token counts N +- 1..k and keep the best per token (0: off) ...
+    # Paraformer with the CIF: also decode the token counts N +- 1..k and keep the best-scoring (0: off) ...
     length_candidates: int = 0
     # ... less count_prior x its distance to the CIF's expected count (0: the scores alone pick the count)
     count_prior: float = 0.0

@@ -29,12 +29,13 @@ class DecodingOptions:
     token n-gram LM estimated from the checkpoint's training transcripts and fused by shallow fusion (0: none);
     lm_weight: its fusion weight; length_candidates: k > 0 also decodes k candidate counts either side of the token
     extractor's own (a Paraformer: the CIF's count +- 1..k, or the CTC extractor's greedy path under k blank offsets
-    either way) and keeps the candidate with the best score per token, less count_prior x its distance to the
-    extractor's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with a CTC head; the
-    autoregressive baseline's beams are ranked again with it); length_penalty: the power of the token count that
-    divides each summed score where hypotheses of different lengths compete (1: per token, as said above); lexicon: a Paraformer's hypotheses are sentences of the
-    words of its training transcripts where one of the counted length exists (decode/lexicon.py; greedy becomes beam
-    1 constrained). None: the checkpoint's ``decode`` section
+    either way) and keeps the candidate with the best normalised score (length_penalty below), less count_prior x its
+    distance to the extractor's expected count, plus ctc_score_weight x its CTC log-likelihood per token (a model with
+    a CTC head; the autoregressive baseline's beams are ranked again with it); length_penalty: the power of the token
+    count that divides each summed score where hypotheses of different lengths compete (1: per token, as said above);
+    lexicon: a Paraformer's hypotheses are sentences of the words of its training transcripts where one of the
+    counted length exists (decode/lexicon.py; greedy becomes beam 1 constrained). None: the checkpoint's ``decode``
+    section
     (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
     biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus per unit of a phrase listed
     without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it);
@@ -95,8 +96,8 @@ class DecodingOptions:
     def search_arguments(self, loaded) -> dict:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
-        without an LM), length_candidates, count_prior, ctc_score_weight, length_penalty, hotwords (the list's HotwordTrie over the
-        model's units, None without a list or with an empty one) and lexicon (the LexiconAutomaton of its training
+        without an LM), length_candidates, count_prior, ctc_score_weight, length_penalty, hotwords (the list's
+        HotwordTrie over the model's units, None without a list or with an empty one) and lexicon (the LexiconAutomaton of its training
         transcripts' words, or None); ConfigError when the model cannot decode that way (or a phrase has characters
         its units cannot write)."""
         options = self.resolve(loaded.cfg.decode)
@@ -143,7 +144,7 @@ def add_decoding_arguments(parser) -> None:
     group.add_argument("--length-candidates", type=int, default=None,
                        help="Paraformer: also decode K candidate token counts either side of the extractor's own "
                             "(the CIF: N +- 1..K; the CTC extractor: the greedy path with the blank's log-prob "
-                            "offset by up to K steps) and keep the one with the best score per token (0 = off)")
+                            "offset by up to K steps) and keep the best-scoring one (--length-penalty; 0 = off)")
     group.add_argument("--count-prior", type=float, default=None,
                        help="with --length-candidates: subtract this times each candidate's distance to the "
                             "extractor's expected token count from its score (0 = none)")

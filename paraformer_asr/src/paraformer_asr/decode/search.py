@@ -52,8 +52,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     decoding being beam 1 with biasing; with a ``lexicon`` (decode/lexicon.py, a Paraformer) every hypothesis is a
     sentence of its words where one of the counted length exists, greedy decoding being beam 1 constrained.
     ``length_candidates`` k > 0 (a Paraformer): k candidate token counts either side of the extractor's own are
-    decoded too (decode/paraformer_search.py, ``decode_length_candidates``) and the best per token kept, less
-    ``count_prior`` x its distance to the extractor's expected count and plus
+    decoded too (decode/paraformer_search.py, ``decode_length_candidates``) and the best kept (scores normalised by
+    ``length_penalty``), less ``count_prior`` x its distance to the extractor's expected count and plus
     ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``); the autoregressive
     baseline's beams are ranked again with that CTC term (``model.beam_search``). ``length_penalty``: every summed
     score that ranks hypotheses of different lengths (the candidates, the autoregressive beams) is divided by the
