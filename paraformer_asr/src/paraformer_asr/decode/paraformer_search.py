@@ -18,16 +18,10 @@ from paraformer_asr.decode.lexicon import LexiconAutomaton, LexiconScorer, Summe
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
 from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.models.cif import CifOutput, cif_integrate, inference_token_count, scale_to_counts
-from paraformer_asr.models.ctc import ctc_rescored
+from paraformer_asr.models.ctc import ctc_rescored, length_norm
 from paraformer_asr.models.ctc_extractor import (CtcExtraction, blank_offsets, candidate_frame_tokens,
                                                  frames_to_extraction)
 from paraformer_asr.models.paraformer import Paraformer, TokenExtraction
-
-
-def length_norm(lengths: torch.Tensor, length_penalty: float) -> torch.Tensor:
-    """What a hypothesis's summed score is divided by: its token count (at least 1) to the power ``length_penalty``.
-    lengths long [...] -> float [...]."""
-    return lengths.clamp(min=1).to(torch.float32) ** length_penalty
 
 
 def candidate_counts(counts: torch.Tensor, spread: int, minimum: int = 1) -> torch.Tensor:

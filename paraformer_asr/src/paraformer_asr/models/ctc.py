@@ -50,6 +50,12 @@ def ctc_log_likelihood(log_probs: torch.Tensor, input_lengths: torch.Tensor, tok
     return (-loss).masked_fill(has_blank, float("-inf"))
 
 
+def length_norm(lengths: torch.Tensor, length_penalty: float) -> torch.Tensor:
+    """What a hypothesis's summed score is divided by: its token count (at least 1) to the power ``length_penalty``.
+    lengths long [...] -> float [...]."""
+    return lengths.clamp(min=1).to(torch.float32) ** length_penalty
+
+
 def ctc_rescored(scores: torch.Tensor, hypotheses: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor,
                  frames: torch.Tensor, blank_id: int, weight: float, length_penalty: float = 1.0) -> torch.Tensor:
     """Hypotheses' normalised scores plus ``weight`` x their CTC log-likelihood (:func:`ctc_log_likelihood`) divided
@@ -60,5 +66,5 @@ def ctc_rescored(scores: torch.Tensor, hypotheses: torch.Tensor, lengths: torch.
     batch, width = scores.shape
     likelihood = ctc_log_likelihood(log_probs.repeat_interleave(width, dim=0), frames.repeat_interleave(width),
                                     hypotheses.flatten(0, 1), lengths.flatten(), blank_id).view(batch, width)
-    rescored = scores + weight * likelihood / lengths.clamp(min=1).to(likelihood.dtype) ** length_penalty  # [B, H]
+    rescored = scores + weight * likelihood / length_norm(lengths, length_penalty)  # [B, H]
     return torch.where(rescored.isfinite().any(dim=1, keepdim=True), rescored, scores)
