@@ -1,7 +1,7 @@
 """Choose a Paraformer checkpoint's decoding on its validation set and write it into a checkpoint:
 
     python scripts/tune_decoding.py --checkpoint RUN_DIR_OR_CKPT --out tuned.pt [--split val | --manifest FILE.jsonl]
-        [--table grid.md] [--length-candidates K] [--length-penalty A]
+        [--table grid.md] [--length-candidates K] [--length-penalty A] [--phrase-candidates | --no-phrase-candidates]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
 n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, the
@@ -15,7 +15,8 @@ The length candidates are N +- 1..K (the CTC extractor: its greedy path under K 
 --length-candidates, else the checkpoint's decode section (a tuned checkpoint holds the spread it was tuned with),
 else training/tuning.py's ``DEFAULT_SPREAD``. Every setting ranks hypotheses of different lengths with the length
 penalty A (the summed score divided by the token count to the power A), from --length-penalty, else the checkpoint's
-decode section.
+decode section; the settings with length candidates score the training transcripts whole beside them with
+--phrase-candidates, not with --no-phrase-candidates, else as the checkpoint's decode section says.
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length-penalty", type=float, default=None, metavar="A",
                         help="the length penalty every setting ranks its hypotheses with (default: the checkpoint's "
                              "decode.length_penalty)")
+    parser.add_argument("--phrase-candidates", action=argparse.BooleanOptionalAction, default=None,
+                        help="score the training transcripts whole beside the length candidates' hypotheses in every "
+                             "setting that has them (default: the checkpoint's decode.phrase_candidates)")
     args = parser.parse_args(argv)
     payload, best, rows = tune_checkpoint(args.checkpoint, args.split, args.batch_size,
                                           spread=args.length_candidates, manifest=args.manifest,
-                                          length_penalty=args.length_penalty)
+                                          length_penalty=args.length_penalty,
+                                          phrase_candidates=args.phrase_candidates)
     save_checkpoint(payload, args.out)
     table = grid_table(rows)
     if args.table:

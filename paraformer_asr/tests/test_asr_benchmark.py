@@ -114,7 +114,7 @@ def test_bad_benchmark_arguments_exit_2_with_a_message(capsys):
         assert "--device cuda: no CUDA device is available" in capsys.readouterr().err
 
 
-def test_decoding_labels_name_the_ctc_score_for_candidates_and_for_beams():
+def test_decoding_labels_name_the_ctc_score_and_the_phrases_for_candidates_and_for_beams():
     from paraformer_asr_tools.benchmarks.decoding import decoding_label
 
     row = {"method": "beam", "beam_size": 4, "lm_order": 0, "lm_weight": 0.0, "length_candidates": 0,
@@ -123,6 +123,8 @@ def test_decoding_labels_name_the_ctc_score_for_candidates_and_for_beams():
     row.update(lm_order=6, lm_weight=1.0, length_candidates=3, ctc_score_weight=0.5, config_decoding=False)
     assert decoding_label(row) == "beam 4 + LM 6 (1), length candidates 3 + CTC score (0.5)"
     assert decoding_label({**row, "ctc_score_weight": 0.0}) == "beam 4 + LM 6 (1), length candidates 3"
+    assert decoding_label({**row, "phrase_candidates": 99}) == ("beam 4 + LM 6 (1), length candidates 3 + CTC score "
+                                                                "(0.5) + 99 phrases")
 
 
 def test_rows_name_a_run_by_its_folder_and_a_loose_checkpoint_by_its_file():

@@ -11,7 +11,7 @@ from paraformer_asr_tools.benchmarks.decoding import benchmark_decoding
 from asr_helpers import tiny_model
 
 KEYS = {"method", "beam_size", "lm_order", "lm_weight", "length_candidates", "count_prior", "ctc_score_weight",
-        "length_penalty",
+        "length_penalty", "phrase_candidates",
         "hotwords", "num_utterances", "num_batches", "batch_size", "seconds", "audio_seconds", "rtf", "latency_ms_per_utterance",
         "latency_ms_per_batch", "encoder_ms_per_utterance", "reference_tokens_per_utterance",
         "decoder_passes_per_utterance", "cer"}

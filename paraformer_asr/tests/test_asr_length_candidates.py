@@ -19,6 +19,7 @@ from paraformer_asr.config import ModelConfig, config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
 from paraformer_asr.decode.paraformer_search import ParaformerDecoding, candidate_counts
+from paraformer_asr.decode.phrases import PhraseCandidates, phrase_decoder_scores
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.models.ctc import ctc_log_likelihood
 from paraformer_asr.models.ctc_extractor import BLANK_OFFSET_STEP
@@ -71,12 +72,14 @@ def test_ctc_log_likelihood_sums_every_alignment():
 
 
 def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
-                    length_penalty: float = 1.0) -> tuple[list[list[int]], list[float]]:
+                    length_penalty: float = 1.0, phrases: list[list[int]] = ()) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
     scaled to the count): greedy tokens, score = (their log-prob sum + ctc_score_weight x their CTC log-likelihood)
     / count ** length_penalty - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire
-    when predictor_bias is 1: the real tokens' distance from the sum less the bias), the first best candidate wins;
-    the CTC term is left out where no candidate has a CTC alignment. -> (its tokens, its score) per utterance."""
+    when predictor_bias is 1: the real tokens' distance from the sum less the bias); after the candidates' greedy
+    hypotheses, each of the ``phrases`` whose length is a candidate's real count, scored the same way from that
+    candidate's log-probs; the first best wins; the CTC term is left out where no hypothesis has a CTC alignment.
+    -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
     hypotheses, scores = [], []
     for row in range(features.shape[0]):
@@ -87,20 +90,25 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
             expected = float(model.predictor(encoder_out, enc_mask).integrated_alphas.sum())
             count = model.predictor(encoder_out, enc_mask).num_tokens
             ctc_log_probs = model.ctc(encoder_out)[0] if ctc_score_weight else None  # [T', V]
-        found = []  # (tokens, decoder log-prob sum, CTC log-likelihood, count term) per candidate
+        found = []  # (listed, tokens, decoder log-prob sum, CTC log-likelihood, count, prior term) per hypothesis
         for candidate in candidate_counts(count, spread, 1 + bias)[0].tolist():
             tokens = torch.zeros(1, candidate - bias, dtype=torch.long)  # forward appends the <eos> for bias 1
             with torch.no_grad():
                 log_probs, extraction = model._log_posteriors(
                     *model.forward(feats, mask, tokens, torch.tensor([candidate - bias])))
-            top = log_probs[0, :int(extraction.num_tokens[0])].max(dim=-1)
-            ctc = loop_ctc_log_likelihood(ctc_log_probs, top.indices.tolist(), model.blank_id) if ctc_score_weight \
-                else 0.0
-            found.append((top.indices.tolist(), float(top.values.sum()), ctc, max(int(extraction.num_tokens[0]), 1),
-                          count_prior * abs(candidate - expected)))
-        use_ctc = any(ctc > float("-inf") for _, _, ctc, _, _ in found)
+            real = int(extraction.num_tokens[0])
+            top = log_probs[0, :real].max(dim=-1)
+            listed = [phrase for phrase in phrases if len(phrase) == real]
+            for is_listed, tokens, decoder_sum in [(False, top.indices.tolist(), float(top.values.sum()))] + [
+                    (True, phrase, sum(float(log_probs[0, k, token]) for k, token in enumerate(phrase)))
+                    for phrase in listed]:
+                ctc = loop_ctc_log_likelihood(ctc_log_probs, tokens, model.blank_id) if ctc_score_weight else 0.0
+                found.append((is_listed, tokens, decoder_sum, ctc, max(real, 1),
+                              count_prior * abs(candidate - expected)))
+        found.sort(key=lambda hypothesis: hypothesis[0])  # the searched ones first, as in the batched search
+        use_ctc = any(ctc > float("-inf") for _, _, _, ctc, _, _ in found)
         best, best_score = None, None
-        for tokens, decoder_sum, ctc, count_term, prior_term in found:
+        for _, tokens, decoder_sum, ctc, count_term, prior_term in found:
             score = ((decoder_sum + (ctc_score_weight * ctc if use_ctc else 0.0)) / count_term ** length_penalty
                      - prior_term)
             if best_score is None or score > best_score:
@@ -193,6 +201,133 @@ def test_batched_length_candidates_match_a_plain_loop(predictor_bias, count_prio
     assert scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
     assert torch.equal(chosen.num_tokens, lengths) and chosen.embeddings.shape[:2] == chosen.token_mask.shape
     assert bool((tokens[~chosen.token_mask] == model.pad_id).all())
+
+
+def _phrase_list(token_lists: list[list[int]], lm_scores: torch.Tensor | None = None, lm=None) -> PhraseCandidates:
+    """PhraseCandidates of these unit sequences, in this order (LM scores 0 unless given)."""
+    lengths = torch.tensor([len(ids) for ids in token_lists])
+    tokens = torch.zeros(len(token_lists), int(lengths.max()), dtype=torch.long)
+    for row, ids in enumerate(token_lists):
+        tokens[row, :len(ids)] = torch.tensor(ids)
+    scores = torch.zeros(len(token_lists)) if lm_scores is None else lm_scores
+    return PhraseCandidates(tokens, lengths, scores, [str(ids) for ids in token_lists], lm)
+
+
+def _random_phrases(model, lengths: range, per_length: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    units = [unit for unit in range(model.vocab_size) if unit not in model.never_emitted]
+    return [[units[i] for i in torch.randint(len(units), (length,), generator=generator).tolist()]
+            for length in lengths for _ in range(per_length)]
+
+
+def test_phrase_decoder_scores_match_a_plain_loop():
+    """Each phrase's log-prob sum at the first candidate row of its count, -inf (and the utterance's first row) where
+    no candidate has that count."""
+    generator = torch.Generator().manual_seed(0)
+    batch, width, positions, vocab = 3, 3, 6, 7
+    log_probs = torch.randn(batch * width, positions, vocab, generator=generator).log_softmax(dim=-1)
+    counts = torch.tensor([2, 3, 4, 5, 5, 6, 1, 1, 1])  # utterance 1 has count 5 twice: its first row is read
+    token_lists = [[1], [2, 3], [4, 5, 6], [6, 5, 4, 3, 2], [1, 2, 3, 4, 5, 6]]
+    scores, rows = phrase_decoder_scores(_phrase_list(token_lists), log_probs, counts, width)
+    for utterance in range(batch):
+        for column, ids in enumerate(token_lists):
+            own = counts[utterance * width:(utterance + 1) * width].tolist()
+            if len(ids) not in own:
+                assert scores[utterance, column] == float("-inf") and rows[utterance, column] == utterance * width
+                continue
+            row = utterance * width + own.index(len(ids))
+            assert int(rows[utterance, column]) == row
+            assert float(scores[utterance, column]) == pytest.approx(
+                sum(float(log_probs[row, k, token]) for k, token in enumerate(ids)), abs=1e-5)
+
+
+@pytest.mark.parametrize("predictor_bias, count_prior, length_penalty", [(0, 0.0, 1.0), (1, 0.3, 0.5), (0, 1.0, 0.5)])
+def test_phrase_candidates_match_a_plain_loop_and_win_where_they_score_best(predictor_bias, count_prior,
+                                                                           length_penalty):
+    """Random phrases of 1-6 units beside the greedy hypotheses of every candidate: the batched search picks what the
+    loop picks, hypothesis and score; the CTC score makes listed phrases win on some utterances."""
+    model, batch, _ = _tiny_paraformer(predictor_bias, ctc_weight=0.3)
+    token_lists = _random_phrases(model, range(1, 7), 8, seed=predictor_bias)
+    options = dict(count_prior=count_prior, ctc_score_weight=2.0, length_penalty=length_penalty)
+    tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, 2,
+                                                                     phrases=_phrase_list(token_lists), **options)
+    expected, expected_scores = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2,
+                                                phrases=token_lists, **options)
+    got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
+    assert got == expected and scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
+    assert torch.equal(chosen.num_tokens, lengths) and bool((tokens[~chosen.token_mask] == model.pad_id).all())
+    plain = model.decode_length_candidates(batch.features, batch.feat_mask, 2, **options)
+    won = [row for row in range(len(got)) if got[row] != plain[0][row, :plain[1][row]].tolist()]
+    assert won and all(got[row] in token_lists for row in won)
+
+
+def test_a_phrase_s_lm_term_is_the_search_s_and_its_weight_applies():
+    """An utterance's own best hypothesis listed as a phrase scored by the same LM ties with the search (which keeps
+    its own); one unit more of LM log-prob lifts its score by lm_weight / count ** length_penalty."""
+    model, batch, data = _tiny_paraformer(ctc_weight=0.3)
+    lm = build_token_lm(["abc", "bcd", "cafe", "fade", "bead"], data.tokenizer, order=3)
+    search = dict(beam_size=3, lm=lm, lm_weight=0.5, ctc_score_weight=0.5, length_penalty=0.5)
+    frames = batch.feat_mask.sum(dim=1)
+    for row in range(batch.features.shape[0]):
+        alone = batch.features[row:row + 1, :frames[row]]
+        mask = torch.ones(alone.shape[:2], dtype=torch.bool)
+        tokens, lengths, _, scores = model.decode_length_candidates(alone, mask, 1, **search)
+        best = tokens[0, :lengths[0]].tolist()
+        listed = PhraseCandidates.build([data.tokenizer.decode(best)], data.tokenizer, lm)
+        assert listed.tokens[0].tolist() == best
+        tied = model.decode_length_candidates(alone, mask, 1, phrases=listed, **search)
+        assert torch.equal(tied[0], tokens) and float(tied[3][0]) == pytest.approx(float(scores[0]), abs=1e-5)
+        lifted = dataclasses.replace(listed, lm_scores=listed.lm_scores + 1.0)
+        raised = model.decode_length_candidates(alone, mask, 1, phrases=lifted, **search)
+        assert raised[0][0, :raised[1][0]].tolist() == best
+        assert float(raised[3][0]) == pytest.approx(float(scores[0]) + 0.5 / len(best) ** 0.5, abs=1e-5)
+    with pytest.raises(ValueError, match="another LM"):
+        model.decode_length_candidates(batch.features, batch.feat_mask, 1, phrases=_phrase_list([[2]]), **search)
+    with pytest.raises(ValueError, match="length_candidates must be > 0"):
+        model.decode_scored(batch.features, batch.feat_mask, phrases=_phrase_list([[2]]))
+
+
+def test_phrase_candidates_come_from_the_training_transcripts_where_the_options_allow_them():
+    from paraformer_asr.data.setup import training_transcripts
+    from paraformer_asr.decode.hotwords import Hotword
+
+    _, _, data = _tiny_paraformer()
+    on = config_from_dict(tiny_raw_config(), ["decode.method=beam", "decode.lm_order=3", "decode.length_candidates=2",
+                                              "decode.phrase_candidates=true"])
+    loaded = type("Loaded", (), {"cfg": on, "tokenizer": data.tokenizer})()
+    search = DecodingOptions().search_arguments(loaded)
+    phrases = search["phrases"]
+    assert phrases.texts == sorted(set(training_transcripts(on))) and phrases.lm is search["lm"]
+    assert phrases.lm_scores[0] == pytest.approx(search["lm"].score_sequence(data.tokenizer.encode(phrases.texts[0])))
+    assert DecodingOptions(phrase_candidates=False).search_arguments(loaded)["phrases"] is None
+    assert DecodingOptions(length_candidates=0).search_arguments(loaded)["phrases"] is None  # inert without candidates
+    hotwords = (Hotword("cafe", 2.0),)
+    assert DecodingOptions(hotwords=hotwords).search_arguments(loaded)["phrases"] is None  # the list takes their place
+    with pytest.raises(ConfigError, match="--phrase-candidates does not combine with --hotwords"):
+        DecodingOptions(hotwords=hotwords, phrase_candidates=True).search_arguments(loaded)
+    with pytest.raises(ConfigError, match="--phrase-candidates needs a Paraformer decoding length candidates"):
+        DecodingOptions(length_candidates=0, phrase_candidates=True).search_arguments(loaded)
+    loaded.cfg = config_from_dict(tiny_raw_config(), ["model.type=transformer_ar"])
+    with pytest.raises(ConfigError, match="--phrase-candidates needs a Paraformer"):
+        DecodingOptions(phrase_candidates=True).search_arguments(loaded)
+    with pytest.raises(ConfigError, match="decode.phrase_candidates"):
+        config_from_dict(tiny_raw_config(), ["model.type=transformer_ar", "decode.phrase_candidates=true"])
+
+
+def test_a_text_corpus_is_no_phrase_list(monkeypatch, capsys):
+    """Past MAX_PHRASES distinct transcripts the config's phrase candidates are left out with a warning, and the
+    flag asking for them stops naming it."""
+    import paraformer_asr.decode.phrases as phrases_module
+
+    _, _, data = _tiny_paraformer()
+    texts = ["abc", "bcd", "abc", "fade"]
+    monkeypatch.setattr(phrases_module, "MAX_PHRASES", 3)
+    assert phrases_module.training_phrases(texts, data.tokenizer, None, asked=False).texts == ["abc", "bcd", "fade"]
+    monkeypatch.setattr(phrases_module, "MAX_PHRASES", 2)
+    assert phrases_module.training_phrases(texts, data.tokenizer, None, asked=False) is None
+    assert "decode.phrase_candidates left out: the training transcripts hold 3 distinct" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--phrase-candidates: the training transcripts hold 3 distinct"):
+        phrases_module.training_phrases(texts, data.tokenizer, None, asked=True)
 
 
 @pytest.mark.parametrize("predictor", ["cif", "ctc"])
@@ -292,14 +427,14 @@ def test_unset_options_come_from_the_checkpoint_config_and_flags_override_them()
                                                    "decode.lm_weight=1.0", "decode.length_candidates=3",
                                                    "decode.count_prior=0.3", "decode.ctc_score_weight=0.5",
                                                    "decode.length_penalty=0.5", "model.ctc_weight=0.3"]).decode
-    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5, False, 0.5)
+    assert DecodingOptions().resolve(shipped) == DecodingOptions("beam", 8, 6, 1.0, 3, 0.3, 0.5, False, 0.5, False)
     assert DecodingOptions(beam_size=2, ctc_score_weight=0, length_penalty=1).resolve(shipped) == DecodingOptions(
-        "beam", 2, 6, 1.0, 3, 0.3, 0, False, 1)
+        "beam", 2, 6, 1.0, 3, 0.3, 0, False, 1, False)
     # greedy decoding drops the config's LM (it belongs to the beam search) but keeps its length candidates
     assert DecodingOptions(method="greedy").resolve(shipped) == DecodingOptions("greedy", 8, 0, 1.0, 3, 0.3, 0.5, False,
-                                                                                0.5)
+                                                                                0.5, False)
     plain = config_from_dict(tiny_raw_config()).decode
-    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0, False, 1.0)
+    assert DecodingOptions().resolve(plain) == DecodingOptions("greedy", 4, 0, 0.3, 0, 0.0, 0.0, False, 1.0, False)
     with pytest.raises(ConfigError, match="an LM needs --decode beam"):
         DecodingOptions(lm_order=3).resolve(plain)
 
@@ -321,7 +456,7 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
 
     raw = tiny_raw_config(str(tmp_path / "runs"))
     raw["decode"] = {"method": "beam", "beam_size": 3, "lm_order": 3, "lm_weight": 0.5, "length_candidates": 1,
-                     "length_penalty": 0.5}
+                     "length_penalty": 0.5, "phrase_candidates": True}
     run = train(config_from_dict(raw))
     evaluate = load_script("eval").main
     results = {}
@@ -330,11 +465,13 @@ def test_eval_decodes_as_the_checkpoint_config_says_unless_a_flag_overrides(tmp_
         out = tmp_path / f"{name}.json"
         assert run_main(evaluate, ["--checkpoint", str(run), "--out", str(out), *flags]) == 0
         results[name] = json.loads(out.read_text())
-    keys = ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates", "length_penalty")
+    keys = ("decode", "beam_size", "lm_order", "lm_weight", "length_candidates", "length_penalty", "phrase_candidates")
     assert {k: results["config"][k] for k in keys} == {"decode": "beam", "beam_size": 3, "lm_order": 3,
-                                                       "lm_weight": 0.5, "length_candidates": 1, "length_penalty": 0.5}
+                                                       "lm_weight": 0.5, "length_candidates": 1, "length_penalty": 0.5,
+                                                       "phrase_candidates": True}
     assert {k: results["greedy"][k] for k in keys} == {"decode": "greedy", "beam_size": 1, "lm_order": 0,
-                                                       "lm_weight": 0.0, "length_candidates": 0, "length_penalty": 1}
+                                                       "lm_weight": 0.0, "length_candidates": 0, "length_penalty": 1,
+                                                       "phrase_candidates": False}  # inert without candidates
 
 
 def test_the_tuning_grid_order_and_the_section_beam_size():
@@ -368,11 +505,13 @@ def test_tune_decoding_tries_the_spread_and_penalty_it_is_given_and_refuses_bad_
     tune = load_script("tune_decoding")
     out, table = tmp_path / "tuned.pt", tmp_path / "grid.md"
     common = ["--checkpoint", str(tone_checkpoint), "--out", str(out), "--table", str(table)]
-    assert run_main(tune.main, common + ["--length-candidates", "2", "--length-penalty", "0.5"]) == 0
+    assert run_main(tune.main, common + ["--length-candidates", "2", "--length-penalty", "0.5",
+                                         "--phrase-candidates"]) == 0
     spreads = [int(line.split("|")[5]) for line in table.read_text().splitlines()[2:]]
     assert spreads[0] == 0 and set(spreads[1:]) == {2}  # one-pass greedy first, every other setting +- 2
     tuned = load_model(out, "torch", "cpu", 1)[0].cfg.decode
     assert tuned.length_candidates in (0, 2) and tuned.length_penalty == 0.5  # the penalty it was tuned with
+    assert tuned.phrase_candidates  # and the phrase candidates
     capsys.readouterr()
     assert run_main(tune.main, common + ["--length-candidates", "0"]) == 2
     assert "--length-candidates) must be >= 1, got 0" in capsys.readouterr().err

@@ -275,6 +275,9 @@ class DecodeConfig:
     # (the length candidates, the autoregressive beams; 1: per token)
     length_penalty: float = 1.0
     lexicon: bool = False  # Paraformer: only sentences of the training transcripts' words (decode/lexicon.py)
+    # Paraformer with length candidates: every training transcript also scored whole beside the searched hypotheses
+    # (decode/phrases.py)
+    phrase_candidates: bool = False
     # at the end of training, choose method, lm_weight, length_candidates, count_prior and ctc_score_weight on the
     # validation set
     # (training/tuning.py) and store the choice in best.pt

@@ -103,6 +103,8 @@ def validate(cfg: Config) -> Config:
     _require(paraformer or decode.length_candidates == 0, "decode.length_candidates",
              "0 unless the model is a Paraformer", decode.length_candidates)
     _require(paraformer or not decode.tune, "decode.tune", "false unless the model is a Paraformer", decode.tune)
+    _require(paraformer or not decode.phrase_candidates, "decode.phrase_candidates",
+             "false unless the model is a Paraformer", decode.phrase_candidates)
 
     _require(data.vocab_size >= 1, "data.vocab_size", ">= 1", data.vocab_size)
     _require(data.word_units_max >= 0, "data.word_units_max", ">= 0", data.word_units_max)

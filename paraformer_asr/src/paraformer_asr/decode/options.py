@@ -18,6 +18,7 @@ from paraformer_asr.decode.hotwords import (DEFAULT_HOTWORD_MARGIN, DEFAULT_HOTW
                                             read_hotwords)
 from paraformer_asr.decode.lexicon import LexiconAutomaton, lexicon_words
 from paraformer_asr.decode.lm_fusion import build_token_lm
+from paraformer_asr.decode.phrases import training_phrases
 from paraformer_asr.errors import ConfigError
 
 RUN_OPTIONS = ("hotwords", "hotword_weight", "hotword_margin")  # given per run or request, never read from a checkpoint
@@ -34,9 +35,10 @@ class DecodingOptions:
     a CTC head; the autoregressive baseline's beams are ranked again with it); length_penalty: the power of the token
     count that divides each summed score where hypotheses of different lengths compete (1: per token, as said above);
     lexicon: a Paraformer's hypotheses are sentences of the words of its training transcripts where one of the
-    counted length exists (decode/lexicon.py; greedy becomes beam 1 constrained). None: the checkpoint's ``decode``
-    section
-    (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
+    counted length exists (decode/lexicon.py; greedy becomes beam 1 constrained); phrase_candidates: a Paraformer
+    decoding length candidates also scores each of its training transcripts whole beside the searched hypotheses
+    (decode/phrases.py; inert without length candidates or with hotwords, which take its place). None: the
+    checkpoint's ``decode`` section (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
     biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus per unit of a phrase listed
     without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it);
     hotword_margin: a unit earns its bonus only where its log-prob is within this of the step's best (None: always).
@@ -51,6 +53,7 @@ class DecodingOptions:
     ctc_score_weight: float | None = None
     lexicon: bool | None = None
     length_penalty: float | None = None
+    phrase_candidates: bool | None = None
     hotwords: tuple[Hotword, ...] | None = None
     hotword_weight: float = DEFAULT_HOTWORD_WEIGHT
     hotword_margin: float | None = DEFAULT_HOTWORD_MARGIN
@@ -97,9 +100,10 @@ class DecodingOptions:
         """The keyword arguments of transcribe_batches / transcribe_long for the model ``loaded`` (options resolved
         against its config): method, beam_size, lm (built here from its training transcripts, or None), lm_weight (0
         without an LM), length_candidates, count_prior, ctc_score_weight, length_penalty, hotwords (the list's
-        HotwordTrie over the model's units, None without a list or with an empty one) and lexicon (the LexiconAutomaton of its training
-        transcripts' words, or None); ConfigError when the model cannot decode that way (or a phrase has characters
-        its units cannot write)."""
+        HotwordTrie over the model's units, None without a list or with an empty one), lexicon (the LexiconAutomaton
+        of its training transcripts' words, or None) and phrases (the PhraseCandidates of its training transcripts,
+        scored by that LM; None without length candidates, with hotwords or past ``MAX_PHRASES``); ConfigError when
+        the model cannot decode that way (or a phrase has characters its units cannot write)."""
         options = self.resolve(loaded.cfg.decode)
         if options.length_candidates > 0 and loaded.cfg.model.type != "paraformer":
             raise ConfigError(f"--length-candidates needs a Paraformer (this checkpoint: {loaded.cfg.model.type}); "
@@ -116,11 +120,23 @@ class DecodingOptions:
                 raise ConfigError(f"--lexicon needs a Paraformer (this checkpoint: {loaded.cfg.model.type}, whose "
                                   "decoder learns the training words itself); use --no-lexicon")
             lexicon = LexiconAutomaton.build(lexicon_words(training_transcripts(loaded.cfg)), loaded.tokenizer)
+        phrases = None
+        if options.phrase_candidates:
+            if loaded.cfg.model.type != "paraformer" or (self.phrase_candidates and not options.length_candidates):
+                raise ConfigError("--phrase-candidates needs a Paraformer decoding length candidates (this checkpoint: "
+                                  f"{loaded.cfg.model.type}, --length-candidates {options.length_candidates}); use "
+                                  "--no-phrase-candidates")
+            if hotwords is not None and self.phrase_candidates:
+                raise ConfigError("--phrase-candidates does not combine with --hotwords (the phrases carry no "
+                                  "hotword bonuses); use one or the other")
+            if options.length_candidates > 0 and hotwords is None:
+                phrases = training_phrases(training_transcripts(loaded.cfg), loaded.tokenizer, lm,
+                                           asked=bool(self.phrase_candidates))
         return {"method": options.method, "beam_size": options.beam_size, "lm": lm,
                 "lm_weight": options.lm_weight if lm is not None else 0.0,
                 "length_candidates": options.length_candidates, "count_prior": options.count_prior,
                 "ctc_score_weight": options.ctc_score_weight, "length_penalty": options.length_penalty,
-                "hotwords": hotwords, "lexicon": lexicon}
+                "hotwords": hotwords, "lexicon": lexicon, "phrases": phrases}
 
 
     def hotword_trie(self, entries, tokenizer) -> HotwordTrie:
@@ -161,6 +177,10 @@ def add_decoding_arguments(parser) -> None:
                             "one with the counted number of units exists (closed vocabularies: a count one off can "
                             "no longer spell a word that does not exist; words outside the training transcripts can "
                             "no longer be written); greedy decoding becomes beam 1 constrained")
+    group.add_argument("--phrase-candidates", action=argparse.BooleanOptionalAction, default=None,
+                       help="Paraformer with length candidates: also score every training transcript whole beside "
+                            "the searched hypotheses, at the candidate of its length (phrase lists: a long phrase "
+                            "the beam lost is found again)")
     group.add_argument("--hotwords", metavar="FILE", default=None,
                        help="bias the search toward the phrases of this file (names, terms; one a line, "
                             "phrase<TAB>weight for a weight of its own, # comments): each unit of a phrase earns a "
@@ -189,7 +209,8 @@ def decoding_options(args) -> DecodingOptions:
                               lm_weight=args.lm_weight, length_candidates=args.length_candidates,
                               count_prior=args.count_prior, ctc_score_weight=args.ctc_score_weight,
                               length_penalty=args.length_penalty,
-                              lexicon=args.lexicon, hotword_weight=args.hotword_weight,
+                              lexicon=args.lexicon, phrase_candidates=args.phrase_candidates,
+                              hotword_weight=args.hotword_weight,
                               hotword_margin=args.hotword_margin)
     if args.hotwords is None:
         return options

@@ -16,6 +16,7 @@ from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.hotwords import HotwordScorer, HotwordTrie, biasing
 from paraformer_asr.decode.lexicon import LexiconAutomaton, LexiconScorer, SummedScorer
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
+from paraformer_asr.decode.phrases import PhraseCandidates, phrase_decoder_scores
 from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.models.cif import CifOutput, cif_integrate, inference_token_count, scale_to_counts
 from paraformer_asr.models.ctc import ctc_rescored, length_norm
@@ -75,19 +76,20 @@ class ParaformerDecoding:
     def decode_aligned(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
                        ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                       lexicon: LexiconAutomaton | None = None,
-                       length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
+                       lexicon: LexiconAutomaton | None = None, length_penalty: float = 1.0,
+                       phrases: PhraseCandidates | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction]:
         """The best hypothesis and the extraction it came from (for :meth:`token_spans`): :meth:`decode_scored`
         without the scores. -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction)."""
         return self.decode_scored(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
-                                  ctc_score_weight, hotwords, lexicon, length_penalty)[:3]
+                                  ctc_score_weight, hotwords, lexicon, length_penalty, phrases)[:3]
 
     @torch.no_grad()
     def decode_scored(self, features: torch.Tensor, feat_mask: torch.Tensor, beam_size: int = 1, lm=None,
                       lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
                       ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                      lexicon: LexiconAutomaton | None = None,
-                      length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction, torch.Tensor]:
+                      lexicon: LexiconAutomaton | None = None, length_penalty: float = 1.0,
+                      phrases: PhraseCandidates | None = None) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
+                                                                        torch.Tensor]:
         """The best hypothesis, the extraction it came from, and its normalised score.
 
         beam_size 1 without an LM, hotwords or a lexicon is greedy; otherwise :meth:`beam_search`'s best beam (with
@@ -103,7 +105,10 @@ class ParaformerDecoding:
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; extraction; scores [B] float)."""
         if length_candidates > 0:
             return self.decode_length_candidates(features, feat_mask, length_candidates, beam_size, lm, lm_weight,
-                                                 count_prior, ctc_score_weight, hotwords, lexicon, length_penalty)
+                                                 count_prior, ctc_score_weight, hotwords, lexicon, length_penalty,
+                                                 phrases)
+        if phrases is not None:
+            raise ValueError("phrase candidates are scored at the length candidates: length_candidates must be > 0")
         log_probs, extraction = self.posteriors(features, feat_mask)
         if beam_size == 1 and lm is None and not biasing(hotwords) and lexicon is None:
             best, tokens = log_probs.max(dim=-1)  # [B, N] each
@@ -119,9 +124,9 @@ class ParaformerDecoding:
     def decode_length_candidates(self, features: torch.Tensor, feat_mask: torch.Tensor, spread: int,
                                  beam_size: int = 1, lm=None, lm_weight: float = 0.0, count_prior: float = 0.0,
                                  ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
-                                 lexicon: LexiconAutomaton | None = None,
-                                 length_penalty: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, TokenExtraction,
-                                                                       torch.Tensor]:
+                                 lexicon: LexiconAutomaton | None = None, length_penalty: float = 1.0,
+                                 phrases: PhraseCandidates | None = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                   TokenExtraction, torch.Tensor]:
         """Length candidates: 2 x ``spread`` + 1 token extractions per utterance, decoded in one batched pass. CIF:
         its own count N and N +- 1..``spread`` (:func:`candidate_counts`), the alphas scaled to sum to each as in
         training. CTC: the greedy path with the blank's log-prob offset by -``spread``..``spread`` steps
@@ -135,11 +140,15 @@ class ParaformerDecoding:
         token more costs more, so shorter candidates gain); less
         ``count_prior`` x the candidate's distance to the extractor's own expected count of real tokens (CIF: the sum
         of its calibrated alphas less ``model.predictor_bias``, whose <eos> fire the candidates' lengths leave out;
-        CTC: the plain greedy path's count). The best per utterance wins. A count one off spells a
-        word with a letter too many or too few: the candidates let the decoder's, the LM's and the CTC head's
-        confidence pick the count instead, and the prior says how far to trust the extractor over them (data where it
-        counts well want a prior). The CTC head scores every frame of the utterance, so it tells a doubled or dropped
-        letter from a right one where the decoder, which sees the candidate's count as given, cannot.
+        CTC: the plain greedy path's count). With ``phrases`` (decode/phrases.py), the listed phrases whose count is a
+        candidate's are scored the same way from that candidate's posteriors and compete with the searched hypotheses
+        (the LM term is their ``lm_scores``: ``lm`` must be the LM they were built with; with ``hotwords`` they are
+        left out, carrying no bonuses: a request's hotword list takes their place). The best per utterance
+        wins. A count one off spells a word with a letter too many or too few: the candidates let the decoder's, the
+        LM's and the CTC head's confidence pick the count instead, and the prior says how far to trust the extractor
+        over them (data where it counts well want a prior). The CTC head scores every frame of the utterance, so it
+        tells a doubled or dropped letter from a right one where the decoder, which sees the candidate's count as
+        given, cannot.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' extraction; their
         normalised scores [B], the prior's and the CTC's terms included)."""
         if spread < 1:
@@ -164,18 +173,47 @@ class ParaformerDecoding:
         beams, scores = self._search_posteriors(log_probs, extraction, beam_size, lm, lm_weight, hotwords, lexicon,
                                                 rows_per_utterance=width)  # [B*K, beam, N]
         hypotheses = beams.shape[1] * width  # per utterance: every beam of every candidate
-        lengths = extraction.num_tokens.repeat_interleave(beams.shape[1]).view(batch, hypotheses)  # [B, K*beam]
-        normalised = scores.view(batch, hypotheses) / length_norm(lengths, length_penalty)  # [B, K*beam]
-        normalised = normalised - count_prior * (lengths - expected.view(batch, width).repeat_interleave(
-            beams.shape[1], dim=1)).abs()
+        tokens = beams.reshape(batch, hypotheses, -1)  # [B, H, N]
+        lengths = extraction.num_tokens.repeat_interleave(beams.shape[1]).view(batch, hypotheses)  # [B, H]
+        sources = torch.arange(batch * width, device=beams.device).repeat_interleave(beams.shape[1]).view(
+            batch, hypotheses)  # [B, H] each hypothesis's row of the extraction
+        sums = scores.view(batch, hypotheses)  # [B, H]
+        if phrases is not None and not biasing(hotwords):  # hotwords take their place: phrases carry no bonuses
+            if lm_weight > 0 and phrases.lm is not lm:
+                raise ValueError("the phrase candidates were scored by another LM than the search's")
+            tokens, lengths, sources, sums = self._add_phrases(phrases, log_probs, extraction.num_tokens, width,
+                                                               lm_weight, tokens, lengths, sources, sums)
+        normalised = sums / length_norm(lengths, length_penalty)  # [B, H]
+        normalised = normalised - count_prior * (lengths - expected.view(batch, width)[:, :1]).abs()
         if ctc_score_weight > 0:
-            normalised = ctc_rescored(normalised, beams.reshape(batch, hypotheses, -1), lengths, ctc_log_probs, frames,
-                                      self.blank_id, ctc_score_weight, length_penalty)
+            normalised = ctc_rescored(normalised, tokens, lengths, ctc_log_probs, frames, self.blank_id,
+                                      ctc_score_weight, length_penalty)
         best = normalised.argmax(dim=1)  # [B]
-        rows = torch.arange(batch, device=best.device) * hypotheses + best  # [B] into [B*K*beam]
-        chosen = extraction.select(rows // beams.shape[1])
-        return (beams.flatten(0, 1)[rows, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen,
-                normalised.flatten()[rows])
+        utterances = torch.arange(batch, device=best.device)
+        chosen = extraction.select(sources[utterances, best])
+        return (tokens[utterances, best, :chosen.token_mask.shape[1]], chosen.num_tokens, chosen,
+                normalised[utterances, best])
+
+    def _add_phrases(self, phrases: PhraseCandidates, log_probs: torch.Tensor, counts: torch.Tensor, width: int,
+                     lm_weight: float, tokens: torch.Tensor, lengths: torch.Tensor, sources: torch.Tensor,
+                     sums: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The searched hypotheses (tokens [B, H, N], lengths, sources (extraction rows), summed scores [B, H]) and
+        after them the ``phrases`` whose count is one of the utterance's candidates (decode/phrases.py), as many
+        columns as the utterance with the most; the columns an utterance has no phrase for score -inf, length 0."""
+        decoder, rows = phrase_decoder_scores(phrases, log_probs, counts, width)  # [B, P] each
+        phrase_sums = decoder + lm_weight * phrases.lm_scores  # [B, P]
+        found = phrase_sums.isfinite()  # [B, P]
+        columns = max(int(found.sum(dim=1).max()), 1)
+        order = found.to(torch.int8).argsort(dim=1, descending=True, stable=True)[:, :columns]  # [B, P'] found first
+        phrase_tokens = phrases.tokens[:, :tokens.shape[2]]  # [P, <= N]: a found phrase fits its candidate's N
+        phrase_tokens = torch.nn.functional.pad(phrase_tokens, (0, tokens.shape[2] - phrase_tokens.shape[1]))
+        past_end = torch.arange(tokens.shape[2], device=tokens.device) >= phrases.lengths.unsqueeze(1)  # [P, N]
+        phrase_tokens = phrase_tokens.masked_fill(past_end, self.pad_id)
+        phrase_lengths = phrases.lengths[order].masked_fill(~found.gather(1, order), 0)  # [B, P']
+        return (torch.cat([tokens, phrase_tokens[order]], dim=1),
+                torch.cat([lengths, phrase_lengths], dim=1),
+                torch.cat([sources, rows.gather(1, order)], dim=1),
+                torch.cat([sums, phrase_sums.gather(1, order)], dim=1))
 
     def _cif_candidates(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, repeated: torch.Tensor,
                         spread: int) -> tuple[CifOutput, torch.Tensor]:

@@ -13,6 +13,7 @@ from paraformer_asr.config import MIN_INPUT_FRAMES
 from paraformer_asr.data.batching import Batch, pad_short_utterances
 from paraformer_asr.decode.hotwords import HotwordTrie, biasing
 from paraformer_asr.decode.lexicon import LexiconAutomaton
+from paraformer_asr.decode.phrases import PhraseCandidates
 from paraformer_asr.decode.timestamps import FrameClock, decoded_token_times
 from paraformer_asr.errors import ConfigError
 
@@ -44,8 +45,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
                        beam_size: int = 4, lm=None, lm_weight: float = 0.0, clock: FrameClock | None = None,
                        length_candidates: int = 0, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
                        hotwords: HotwordTrie | None = None,
-                       lexicon: LexiconAutomaton | None = None,
-                       length_penalty: float = 1.0) -> tuple[list[Transcript], float]:
+                       lexicon: LexiconAutomaton | None = None, length_penalty: float = 1.0,
+                       phrases: PhraseCandidates | None = None) -> tuple[list[Transcript], float]:
     """Decode every batch; -> (transcripts, decoding seconds). Best beam for method 'beam'; with an
     n-gram ``lm`` (decode/ngram_lm.py) the beam search uses shallow fusion with weight ``lm_weight``; with
     ``hotwords`` (a non-empty HotwordTrie, decode/hotwords.py) every search is biased toward its phrases, greedy
@@ -57,7 +58,8 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     ``ctc_score_weight`` x its CTC log-likelihood per token (``model.decode_length_candidates``); the autoregressive
     baseline's beams are ranked again with that CTC term (``model.beam_search``). ``length_penalty``: every summed
     score that ranks hypotheses of different lengths (the candidates, the autoregressive beams) is divided by the
-    token count to this power ("per token" above is 1).
+    token count to this power ("per token" above is 1). With ``phrases`` (decode/phrases.py, a Paraformer with length
+    candidates) the listed phrases are scored whole beside the searched hypotheses.
     With a ``clock`` (decode/timestamps.py) every token also gets its CIF times; only models with
     ``gives_timestamps`` (the Paraformer) can: ConfigError otherwise. An utterance too short for the encoder's
     subsampling (fewer than ``MIN_INPUT_FRAMES`` frames, e.g. a 30 ms clip) gets an empty hypothesis."""
@@ -69,6 +71,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
     min_frames = MIN_INPUT_FRAMES[model.encoder.subsampling_factor]
     hotwords = hotwords.to(device) if hotwords is not None else None  # once, not per batch
     lexicon = lexicon.to(device) if lexicon is not None else None
+    phrases = phrases.to(device) if phrases is not None else None
     transcripts: list[Transcript] = []
     seconds = 0.0
     for batch in batches:
@@ -79,7 +82,7 @@ def transcribe_batches(model: nn.Module, batches: Iterable[Batch], device: torch
             tokens, lengths, cif, scores = model.decode_scored(batch.features, batch.feat_mask,
                                                                beam_size if method == "beam" else 1, lm, lm_weight,
                                                                length_candidates, count_prior, ctc_score_weight,
-                                                               hotwords, lexicon, length_penalty)
+                                                               hotwords, lexicon, length_penalty, phrases)
             if clock is not None:
                 times = decoded_token_times(model, cif, batch.features, batch.feat_lengths, batch.durations,
                                             clock)  # 2 x [B, N]

@@ -14,7 +14,9 @@
         summed score (the Paraformer's beams all have one count: no ranking changes)
     gives_timestamps: bool attribute, True when the model also offers
         decode_aligned(features, feat_mask, beam_size, lm, lm_weight, length_candidates, count_prior,
-                       ctc_score_weight, hotwords, lexicon, length_penalty) -> (tokens, lengths, extraction),
+                       ctc_score_weight, hotwords, lexicon, length_penalty, phrases) -> (tokens, lengths, extraction)
+                       (``phrases``: PhraseCandidates scored whole beside the length candidates' hypotheses,
+                       decode/phrases.py),
         decode_scored(...) -> the same and each hypothesis's normalised score [B], and
         token_spans(extraction) -> (starts [B, N], ends [B, N]) encoder-frame positions (its token extractor's
         alignment, CIF fires or CTC frames; decode/timestamps.py turns them into milliseconds)

@@ -27,17 +27,17 @@ from paraformer_asr.training.calibration import same_set
 def evaluate(model: nn.Module, loader: DataLoader, tokenizer: Tokenizer, device: torch.device,
              method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
              clock: FrameClock | None = None, length_candidates: int = 0, count_prior: float = 0.0,
-             ctc_score_weight: float = 0.0, hotwords=None, lexicon=None,
-             length_penalty: float = 1.0) -> tuple[dict, list[Transcript], list[str]]:
+             ctc_score_weight: float = 0.0, hotwords=None, lexicon=None, length_penalty: float = 1.0,
+             phrases=None) -> tuple[dict, list[Transcript], list[str]]:
     """-> (scores: cer, wer, token_accuracy, sequence_accuracy, length_accuracy, num_utterances, rtf;
     transcripts; hypothesis texts). rtf = decoding seconds / seconds of input. With a ``clock`` the
     transcripts carry token times, and when the references have timed words the scores add
     ``word_boundary_mae_ms`` (mean |start| and |end| error over the correctly recognised words) and
     ``word_boundary_words`` (how many words it is measured on). The search options are :func:`transcribe_batches`'
-    (``hotwords``: a HotwordTrie; ``lexicon``: a LexiconAutomaton)."""
+    (``hotwords``: a HotwordTrie; ``lexicon``: a LexiconAutomaton; ``phrases``: PhraseCandidates)."""
     transcripts, seconds = transcribe_batches(model, loader, device, method, beam_size, lm, lm_weight, clock,
                                               length_candidates, count_prior, ctc_score_weight, hotwords, lexicon,
-                                              length_penalty)
+                                              length_penalty, phrases)
     hyp_texts = [tokenizer.decode(t.hyp_tokens) for t in transcripts]
     scores = score_transcripts([t.ref_tokens for t in transcripts], [t.hyp_tokens for t in transcripts],
                                [t.ref_text for t in transcripts], hyp_texts).to_dict()
@@ -152,7 +152,7 @@ def recording_seconds(entry: ManifestEntry) -> float:
 def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.device, options: LongFormOptions,
                        method: str = "greedy", beam_size: int = 4, lm=None, lm_weight: float = 0.0,
                        length_candidates: int = 0, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
-                       hotwords=None, lexicon=None, length_penalty: float = 1.0,
+                       hotwords=None, lexicon=None, length_penalty: float = 1.0, phrases=None,
                        progress=None) -> tuple[dict, list[dict]]:
     """Score recordings decoded window by window (decode/longform/), each on its own.
 
@@ -170,7 +170,7 @@ def evaluate_long_form(loaded, entries: list[ManifestEntry], device: torch.devic
                                        method=method, beam_size=beam_size, lm=lm, lm_weight=lm_weight,
                                        length_candidates=length_candidates, count_prior=count_prior,
                                        ctc_score_weight=ctc_score_weight, hotwords=hotwords, lexicon=lexicon,
-                                       length_penalty=length_penalty, progress=report))
+                                       length_penalty=length_penalty, phrases=phrases, progress=report))
     scores = score_transcripts([tokenizer.encode(entry.text) for entry in entries],
                                [tokenizer.encode(result.text) for result in results],
                                [entry.text for entry in entries], [result.text for result in results]).to_dict()
@@ -249,7 +249,8 @@ def evaluate_checkpoint(loaded: LoadedModel, device: torch.device, split: str, m
               "lm_order": resolved.lm_order, "lm_weight": search["lm_weight"],
               "length_candidates": resolved.length_candidates, "count_prior": resolved.count_prior,
               "ctc_score_weight": resolved.ctc_score_weight, "length_penalty": resolved.length_penalty,
-              "lexicon": resolved.lexicon, "checkpoint": str(loaded.path),
+              "lexicon": resolved.lexicon, "phrase_candidates": search["phrases"] is not None,
+              "checkpoint": str(loaded.path),
               "dataset": manifest or f"{loaded.cfg.data.kind}:{split}"}
     if decoding.hotwords is not None:
         result["hotwords"] = len(decoding.hotwords)

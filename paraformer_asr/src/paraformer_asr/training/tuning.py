@@ -32,7 +32,8 @@ words exist). Two choices come from the validation grids of earlier runs:
   (commands) and 0.17 / 0.05 % against 0.16 / 0.13 % (unheard sentences); without an LM (digits, numbers) 1 did no
   better than 0.5 (docs/history.md, "The CTC score at least the LM's weight").
 
-With the section's ``beam_size``, ``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates``
+With the section's ``beam_size``, ``length_penalty``, ``phrase_candidates`` (on the settings with length candidates),
+``lm_order`` (DEFAULT_LM_ORDER when it has none) and ``length_candidates``
 (DEFAULT_SPREAD when 0; a tuned checkpoint's section holds its chosen spread, so tuning it again keeps that spread
 unless one is given). Scores on the validation set are then in-sample for the choice; report the test split.
 :func:`tune_checkpoint` refuses to choose on a test set (the test split, the config's test manifest, a manifest
@@ -49,6 +50,7 @@ from paraformer_asr.config import Config, DecodeConfig
 from paraformer_asr.data.setup import training_transcripts
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
+from paraformer_asr.decode.phrases import PhraseCandidates, training_phrases
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.inference import (evaluation_loader, evaluation_manifest, model_from_checkpoint,
                                       resolve_eval_checkpoint)
@@ -89,17 +91,26 @@ def tune_decoding(loaded, loader, device: torch.device, spread: int | None = Non
     ``loaded.cfg.decode`` (length candidates +- ``spread`` when given) -> (the chosen setting (:func:`choose`), one
     row per setting: its fields plus cer, wer and chosen)."""
     grid = decoding_grid(loaded.cfg.decode, ctc_head=loaded.cfg.model.ctc_weight > 0, spread=spread)
-    lms = {order: build_token_lm(training_transcripts(loaded.cfg), loaded.tokenizer, order)
+    transcripts = training_transcripts(loaded.cfg)
+    lms = {order: build_token_lm(transcripts, loaded.tokenizer, order)
            for order in {setting.lm_order for setting in grid if setting.lm_order > 0}}
+    phrase_lists = {}  # LM order -> the training transcripts scored by that LM (decode/phrases.py)
+    if loaded.cfg.decode.phrase_candidates:
+        unscored = training_phrases(transcripts, loaded.tokenizer, None, asked=False)  # None past MAX_PHRASES
+        if unscored is not None:
+            phrase_lists = {0: unscored, **{order: PhraseCandidates.build(transcripts, loaded.tokenizer, lm)
+                                            for order, lm in lms.items()}}
     rows = []
     with torch.no_grad():
         for setting in grid:
             lm = lms.get(setting.lm_order)
+            phrases = phrase_lists.get(setting.lm_order) if setting.length_candidates else None
             scores, _, _ = evaluate(loaded.model, loader, loaded.tokenizer, device, setting.method, setting.beam_size,
                                     lm, setting.lm_weight if lm is not None else 0.0,
                                     length_candidates=setting.length_candidates, count_prior=setting.count_prior,
                                     ctc_score_weight=setting.ctc_score_weight,
-                                    length_penalty=setting.length_penalty)
+                                    length_penalty=setting.length_penalty,
+                                    phrases=phrases)
             rows.append({**dataclasses.asdict(setting), "cer": scores["cer"], "wer": scores["wer"]})
     best = choose([row["cer"] for row in rows], [row["wer"] for row in rows])
     for index, row in enumerate(rows):
@@ -120,10 +131,11 @@ def choose(cers: list[float], wers: list[float]) -> int:
 
 def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torch.device | None = None,
                     spread: int | None = None, manifest: str | None = None,
-                    length_penalty: float | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
+                    length_penalty: float | None = None,
+                    phrase_candidates: bool | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
     """:func:`tune_decoding` for a checkpoint file or run folder on its ``split``, or on ``manifest`` when given (a
     selection set of other voices), with length candidates +- ``spread`` and the grid ranking them with
-    ``length_penalty`` when given (else the checkpoint's section's) -> (its payload with the chosen
+    ``length_penalty`` and ``phrase_candidates`` when given (else the checkpoint's section's) -> (its payload with the chosen
     ``decode`` section in its config and a ``decoding_tuned_on`` record, the choice, the grid's rows). ConfigError
     for the autoregressive baseline (nothing to tune) and for a test set
     (:func:`~paraformer_asr.training.calibration.why_test_set`): the choice is made on validation data."""
@@ -134,6 +146,8 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
     if length_penalty is not None:
         DecodingOptions(length_penalty=length_penalty)  # ConfigError naming --length-penalty for a bad value
         loaded.cfg.decode = dataclasses.replace(loaded.cfg.decode, length_penalty=length_penalty)
+    if phrase_candidates is not None:
+        loaded.cfg.decode = dataclasses.replace(loaded.cfg.decode, phrase_candidates=phrase_candidates)
     if loaded.cfg.model.type != "paraformer":
         raise ConfigError(f"{checkpoint}: tuning the decoding needs a Paraformer (this one: {loaded.cfg.model.type})")
     data = evaluation_manifest(loaded, split, manifest) or f"toy:{split}"

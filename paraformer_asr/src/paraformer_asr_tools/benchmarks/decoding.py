@@ -30,15 +30,15 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
                        tokenizer: Tokenizer, beam_size: int = 4, warmup_batches: int = 1, lm=None,
                        lm_weight: float = 0.0, length_candidates: int = 0, count_prior: float = 0.0,
                        ctc_score_weight: float = 0.0, hotwords=None, lexicon=None,
-                       length_penalty: float = 1.0) -> dict:
+                       length_penalty: float = 1.0, phrases=None) -> dict:
     """Decode ``batches`` with the model's ``greedy_decode`` (method 'greedy') or ``beam_search``
-    ('beam', best beam scored), with an optional n-gram ``lm``, length candidates, ``hotwords`` (a HotwordTrie) and a
-    ``lexicon`` (a LexiconAutomaton) as
-    transcribe_batches takes them, and time it.
+    ('beam', best beam scored), with an optional n-gram ``lm``, length candidates, ``hotwords`` (a HotwordTrie), a
+    ``lexicon`` (a LexiconAutomaton) and ``phrases`` (PhraseCandidates) as transcribe_batches takes them, and time it.
 
     The first ``warmup_batches`` batches are decoded once untimed first. Returns a dict:
     method, beam_size, lm_order (0 without an LM), lm_weight, length_candidates, count_prior, ctc_score_weight,
-    hotwords (the distinct phrases listed, 0 without a list), num_utterances, num_batches, batch_size (largest
+    length_penalty, hotwords (the distinct phrases listed, 0 without a list), phrase_candidates (the phrases scored
+    whole, 0 without), num_utterances, num_batches, batch_size (largest
     batch), seconds (decoding wall-clock summed over the batches, device synchronised), audio_seconds, rtf (seconds /
     audio_seconds), latency_ms_per_utterance (1000 * seconds / num_utterances),
     latency_ms_per_batch (1000 * seconds / num_batches), reference_tokens_per_utterance (the mean
@@ -56,7 +56,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
     search = {"method": method, "beam_size": beam_size, "lm": lm, "lm_weight": lm_weight,
               "length_candidates": length_candidates, "count_prior": count_prior,
               "ctc_score_weight": ctc_score_weight, "hotwords": hotwords, "lexicon": lexicon,
-              "length_penalty": length_penalty}
+              "length_penalty": length_penalty, "phrases": phrases}
     with torch.no_grad():
         if warmup_batches > 0:
             transcribe_batches(model, batches[:warmup_batches], device, **search)
@@ -80,6 +80,7 @@ def benchmark_decoding(model: nn.Module, batches: Sequence[Batch], method: str, 
         "ctc_score_weight": ctc_score_weight,
         "length_penalty": length_penalty,
         "hotwords": hotwords.num_phrases if hotwords is not None else 0,
+        "phrase_candidates": len(phrases) if phrases is not None else 0,
         "num_utterances": len(transcripts),
         "num_batches": len(batches),
         "batch_size": max(batch.size for batch in batches),
@@ -225,6 +226,7 @@ def decoding_label(row: dict) -> str:
         label += f", length candidates {row['length_candidates']}"
         label += f" (count prior {row['count_prior']:g})" if row["count_prior"] else ""
     label += f" + CTC score ({row['ctc_score_weight']:g})" if row.get("ctc_score_weight") else ""
+    label += f" + {row['phrase_candidates']} phrases" if row.get("phrase_candidates") else ""
     return f"config: {label}" if row["config_decoding"] else label
 
 

@@ -24,6 +24,7 @@ from paraformer_asr.decode.longform.plan import Window, plan_recording
 from paraformer_asr.decode.longform.reader import WindowReader
 from paraformer_asr.decode.longform.stitch import TimedUnit, stitch_by_text, stitch_by_times, window_units
 from paraformer_asr.decode.longform.vad import energy_profile
+from paraformer_asr.decode.phrases import PhraseCandidates
 from paraformer_asr.decode.search import transcribe_batches
 from paraformer_asr.decode.timestamps import frame_clock, token_entries, word_times
 from paraformer_asr.errors import DataError
@@ -60,7 +61,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                     beam_size: int = 4, lm=None, lm_weight: float = 0.0, length_candidates: int = 0,
                     count_prior: float = 0.0, ctc_score_weight: float = 0.0, hotwords: HotwordTrie | None = None,
                     lexicon: LexiconAutomaton | None = None, length_penalty: float = 1.0,
-                    progress: Callable[[int, int], None] | None = None,
+                    phrases: PhraseCandidates | None = None, progress: Callable[[int, int], None] | None = None,
                     pause: Callable[[], None] | None = None) -> LongTranscript:
     """Transcribe an audio file or file object (or its segment [start_s, end_s)) window by window.
 
@@ -70,7 +71,7 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
     decoded together too, in rounds, and kept together where that scores better (:func:`judge_pauses`).
     ``progress(done, total)`` is called after each batch: windows decoded, and the decodes planned so far plus one
     for the stitching (the last call, after it, has done == total); ``pause()`` before each batch (the service's
-    long-recording lane yields there to short requests). The search options (``method`` .. ``length_penalty``) are
+    long-recording lane yields there to short requests). The search options (``method`` .. ``phrases``) are
     :func:`transcribe_batches`'.
     """
     started = time.perf_counter()
@@ -121,7 +122,8 @@ def transcribe_long(loaded: LoadedModel, source: str | Path | BinaryIO, device: 
                                   "duration_s": waveform.numel() / rate})
                 transcripts, seconds = transcribe_batches(loaded.model, [collate(items)], device, method, beam_size,
                                                           lm, lm_weight, clock, length_candidates, count_prior,
-                                                          ctc_score_weight, hotwords, lexicon, length_penalty)
+                                                          ctc_score_weight, hotwords, lexicon, length_penalty,
+                                                          phrases)
                 decode_seconds += seconds
                 for span, window, transcript in zip(spans_now, batch, transcripts):
                     decoded[span] = decoded_window(window, transcript, loaded.tokenizer, rate, by_words)
