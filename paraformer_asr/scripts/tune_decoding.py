@@ -4,7 +4,7 @@
         [--table grid.md] [--length-candidates K] [--length-penalty A] [--phrase-candidates | --no-phrase-candidates]
 
 Every setting of a small grid (greedy; length candidates with count priors 0, 0.3 and 1; beam search with a token
-n-gram LM of weight 0.3 or 1 over length candidates with the same priors; for a model with a CTC head, the
+n-gram LM of weight 0.3, 1 or 2 over length candidates with the same priors; for a model with a CTC head, the
 candidates always scored by it too; training/tuning.py) decodes the split. One-pass greedy stays unless another
 setting has a quarter fewer character errors (and 0.1 points); else, of the settings within 0.1 CER points of the
 lowest, the one with the lowest WER becomes the checkpoint's ``decode`` config section, which eval.py, infer.py and

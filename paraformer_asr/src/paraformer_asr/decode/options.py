@@ -38,9 +38,10 @@ class DecodingOptions:
     counted length exists (decode/lexicon.py; greedy becomes beam 1 constrained); phrase_candidates: a Paraformer
     decoding length candidates also scores each of its training transcripts whole beside the searched hypotheses
     (decode/phrases.py; inert without length candidates or with hotwords, which take its place). None: the
-    checkpoint's ``decode`` section (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py; None: no list), every search
-    biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus per unit of a phrase listed
-    without a weight of its own (the list's lines were read with it; the service reads its requests' lists with it);
+    checkpoint's ``decode`` section (:meth:`resolve`). hotwords: the entries of a hotword list (decode/hotwords.py;
+    None: no list), every search biased toward them (greedy becomes beam 1 with biasing); hotword_weight: the bonus
+    per unit of a phrase listed without a weight of its own (the list's lines were read with it; the service reads
+    its requests' lists with it);
     hotword_margin: a unit earns its bonus only where its log-prob is within this of the step's best (None: always).
     ConfigError naming the option for a bad value."""
 
