@@ -163,6 +163,9 @@ def _both(exported, kind: str):
 @pytest.mark.parametrize("kind, predictor", [("paraformer", "cif"), ("paraformer_fsmn", "cif"),
                                              ("paraformer_ctc", "ctc")])
 def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
+    from paraformer_asr.data.setup import training_transcripts
+    from paraformer_asr.decode.phrases import PhraseCandidates
+
     torch_model, onnx_model, batch = _both(exported, kind)
     assert torch_model.cfg.model.predictor == predictor
     assert json.loads((exported[kind][1] / "export.json").read_text())["graphs"][f"predictor_{predictor}"]
@@ -182,11 +185,12 @@ def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
                              for m in (torch_model, onnx_model))
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), method
     # length candidates run the extractor's parts (the CIF's alphas graph, or the ctc graph's log-probs) and the
-    # decoder as separate graphs, the CTC score the ctc graph
+    # decoder as separate graphs, the CTC score the ctc graph; phrase candidates read the same posteriors
     assert "ctc" in onnx_model.model.graphs
-    for ctc_score_weight in (0.0, 0.5):
+    listed = PhraseCandidates.build(training_transcripts(torch_model.cfg), torch_model.tokenizer)
+    for ctc_score_weight, phrases in ((0.0, None), (0.5, None), (0.5, listed)):
         expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3,
-                                                          ctc_score_weight=ctc_score_weight)
+                                                          ctc_score_weight=ctc_score_weight, phrases=phrases)
                          for m in (torch_model, onnx_model))
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
         assert torch.allclose(got[3], expected[3], atol=1e-4)  # the scores long-form decoding judges pauses by
