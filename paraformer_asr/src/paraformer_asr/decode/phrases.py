@@ -46,9 +46,14 @@ class PhraseCandidates:
         tokens = torch.zeros(len(encoded), int(lengths.max()) if encoded else 0, dtype=torch.long)  # [P, L]
         for row, ids in enumerate(encoded):
             tokens[row, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        lm_scores = torch.tensor([lm.score_sequence(ids) if lm is not None else 0.0 for ids in encoded],
+        return cls(tokens, lengths, torch.zeros(len(encoded)), phrases).scored_by(lm)
+
+    def scored_by(self, lm) -> "PhraseCandidates":
+        """The same phrases with ``lm``'s sentence log-probs as their LM term (0 and no LM with None)."""
+        units = [row[:length].tolist() for row, length in zip(self.tokens, self.lengths.tolist())]
+        lm_scores = torch.tensor([lm.score_sequence(ids) if lm is not None else 0.0 for ids in units],
                                  dtype=torch.float32)  # [P]
-        return cls(tokens, lengths, lm_scores, phrases, lm)
+        return PhraseCandidates(self.tokens, self.lengths, lm_scores, self.texts, lm)
 
     def __len__(self) -> int:
         return len(self.texts)
