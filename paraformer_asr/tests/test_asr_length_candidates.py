@@ -18,8 +18,10 @@ from asr_reference import loop_ctc_log_likelihood, loop_greedy_frame_tokens
 from paraformer_asr.config import ModelConfig, config_from_dict
 from paraformer_asr.decode.lm_fusion import build_token_lm
 from paraformer_asr.decode.options import DecodingOptions
+from paraformer_asr.decode import paraformer_search
 from paraformer_asr.decode.paraformer_search import ParaformerDecoding, candidate_counts
-from paraformer_asr.decode.phrases import PhraseCandidates, phrase_decoder_scores
+from paraformer_asr.decode.phrases import (PHRASE_REACH, PhraseCandidates, phrase_counts_in_reach,
+                                           phrase_decoder_scores)
 from paraformer_asr.errors import ConfigError
 from paraformer_asr.models.ctc import ctc_log_likelihood
 from paraformer_asr.models.ctc_extractor import BLANK_OFFSET_STEP
@@ -72,13 +74,15 @@ def test_ctc_log_likelihood_sums_every_alignment():
 
 
 def _loop_reference(model, features, lengths, spread: int, count_prior: float = 0.0, ctc_score_weight: float = 0.0,
-                    length_penalty: float = 1.0, phrases: list[list[int]] = ()) -> tuple[list[list[int]], list[float]]:
+                    length_penalty: float = 1.0, phrases: list[list[int]] = (),
+                    reach: float = 0.0) -> tuple[list[list[int]], list[float]]:
     """One utterance and one candidate count at a time, each through the model's training-style forward (the CIF
     scaled to the count): greedy tokens, score = (their log-prob sum + ctc_score_weight x their CTC log-likelihood)
     / count ** length_penalty - count_prior x |count - the sum of the calibrated alphas| (both with the <eos> fire
     when predictor_bias is 1: the real tokens' distance from the sum less the bias); after the candidates' greedy
     hypotheses, each of the ``phrases`` whose length is a candidate's real count, scored the same way from that
-    candidate's log-probs; the first best wins; the CTC term is left out where no hypothesis has a CTC alignment.
+    candidate's log-probs (with phrases, the lengths of those farther than ``spread`` from the real count N but within
+    ``reach`` x N are candidates too); the first best wins; the CTC term is left out where no hypothesis has a CTC alignment.
     -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
     hypotheses, scores = [], []
@@ -91,7 +95,10 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
             count = model.predictor(encoder_out, enc_mask).num_tokens
             ctc_log_probs = model.ctc(encoder_out)[0] if ctc_score_weight else None  # [T', V]
         found = []  # (listed, tokens, decoder log-prob sum, CTC log-likelihood, count, prior term) per hypothesis
-        for candidate in candidate_counts(count, spread, 1 + bias)[0].tolist():
+        real_count = int(count) - bias
+        beyond = sorted({len(phrase) for phrase in phrases
+                         if spread < abs(len(phrase) - real_count) <= math.floor(reach * real_count)})
+        for candidate in candidate_counts(count, spread, 1 + bias)[0].tolist() + [length + bias for length in beyond]:
             tokens = torch.zeros(1, candidate - bias, dtype=torch.long)  # forward appends the <eos> for bias 1
             with torch.no_grad():
                 log_probs, extraction = model._log_posteriors(
@@ -241,22 +248,42 @@ def test_phrase_decoder_scores_match_a_plain_loop():
                 sum(float(log_probs[row, k, token]) for k, token in enumerate(ids)), abs=1e-5)
 
 
-@pytest.mark.parametrize("predictor_bias, count_prior, length_penalty", [(0, 0.0, 1.0), (1, 0.3, 0.5), (0, 1.0, 0.5)])
+def test_phrase_counts_in_reach_are_the_listed_lengths_beyond_the_spread_within_the_share():
+    """Per utterance: the distinct phrase lengths farther than the spread from its count N and at most reach x N
+    away, ascending, each row padded with its own N; none at all gives [B, 0]."""
+    phrases = _phrase_list([[1] * length for length in (1, 2, 8, 8, 12, 20, 26, 30, 31, 40)])
+    counts = torch.tensor([1, 10, 25, 34, 100])
+    spread, reach = 2, 0.2
+    got = phrase_counts_in_reach(phrases, counts, spread, reach)
+    listed = sorted(set(phrases.lengths.tolist()))
+    wanted = [[length for length in listed if spread < abs(length - count) <= math.floor(reach * count)]
+              for count in counts.tolist()]
+    assert wanted[2] == [20, 30] and wanted[3] == [30, 31, 40] and wanted[0] == wanted[4] == []  # the case covers these
+    width = max(len(row) for row in wanted)
+    assert got.tolist() == [row + [count] * (width - len(row)) for row, count in zip(wanted, counts.tolist())]
+    assert phrase_counts_in_reach(phrases, torch.tensor([3, 9]), spread, reach).shape == (2, 0)
+
+
+@pytest.mark.parametrize("predictor_bias, count_prior, length_penalty, spread, reach", [
+    (0, 0.0, 1.0, 2, PHRASE_REACH), (1, 0.3, 0.5, 2, PHRASE_REACH), (0, 1.0, 0.5, 2, PHRASE_REACH),
+    (0, 0.3, 0.5, 1, 1.0), (1, 0.0, 1.0, 1, 1.0)])
 def test_phrase_candidates_match_a_plain_loop_and_win_where_they_score_best(predictor_bias, count_prior,
-                                                                           length_penalty):
+                                                                           length_penalty, spread, reach, monkeypatch):
     """Random phrases of 1-6 units beside the greedy hypotheses of every candidate: the batched search picks what the
-    loop picks, hypothesis and score; the CTC score makes listed phrases win on some utterances."""
+    loop picks, hypothesis and score; the CTC score makes listed phrases win on some utterances. Reach 1 with spread
+    1 puts phrase counts beyond the spread among the candidates of the tiny model's short counts."""
+    monkeypatch.setattr(paraformer_search, "PHRASE_REACH", reach)
     model, batch, _ = _tiny_paraformer(predictor_bias, ctc_weight=0.3)
     token_lists = _random_phrases(model, range(1, 7), 8, seed=predictor_bias)
     options = dict(count_prior=count_prior, ctc_score_weight=2.0, length_penalty=length_penalty)
-    tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, 2,
+    tokens, lengths, chosen, scores = model.decode_length_candidates(batch.features, batch.feat_mask, spread,
                                                                      phrases=_phrase_list(token_lists), **options)
-    expected, expected_scores = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), 2,
-                                                phrases=token_lists, **options)
+    expected, expected_scores = _loop_reference(model, batch.features, batch.feat_mask.sum(dim=1).tolist(), spread,
+                                                phrases=token_lists, reach=reach, **options)
     got = [tokens[row, :lengths[row]].tolist() for row in range(tokens.shape[0])]
     assert got == expected and scores.tolist() == pytest.approx(expected_scores, abs=1e-5)
     assert torch.equal(chosen.num_tokens, lengths) and bool((tokens[~chosen.token_mask] == model.pad_id).all())
-    plain = model.decode_length_candidates(batch.features, batch.feat_mask, 2, **options)
+    plain = model.decode_length_candidates(batch.features, batch.feat_mask, spread, **options)
     won = [row for row in range(len(got)) if got[row] != plain[0][row, :plain[1][row]].tolist()]
     assert won and all(got[row] in token_lists for row in won)
 

@@ -16,7 +16,8 @@ from paraformer_asr.decode.beam import factorized_beam_search
 from paraformer_asr.decode.hotwords import HotwordScorer, HotwordTrie, biasing
 from paraformer_asr.decode.lexicon import LexiconAutomaton, LexiconScorer, SummedScorer
 from paraformer_asr.decode.lm_fusion import fused_posterior_beam_search
-from paraformer_asr.decode.phrases import PhraseCandidates, phrase_decoder_scores
+from paraformer_asr.decode.phrases import (PHRASE_REACH, PhraseCandidates, phrase_counts_in_reach,
+                                          phrase_decoder_scores)
 from paraformer_asr.decode.timestamps import cif_fire_spans
 from paraformer_asr.models.cif import CifOutput, cif_integrate, inference_token_count, scale_to_counts
 from paraformer_asr.models.ctc import ctc_rescored, length_norm
@@ -159,14 +160,18 @@ class ParaformerDecoding:
         if reads_ctc and ctc_log_probs is None:
             raise ValueError("a CTC score and the CTC extractor's length candidates need a model trained with a CTC "
                              "head (model.ctc_weight > 0; exported: its ctc graph)")
-        batch, width = encoder_out.shape[0], 2 * spread + 1
-        frames = enc_mask.sum(dim=1)  # [B]
-        repeated = encoder_out.float().repeat_interleave(width, dim=0)  # [B*K, T', D]
-        repeated_mask = enc_mask.repeat_interleave(width, dim=0)  # [B*K, T']
+        batch, frames = encoder_out.shape[0], enc_mask.sum(dim=1)  # B, [B]
+        phrases = phrases if not biasing(hotwords) else None  # hotwords take their place: phrases carry no bonuses
         if self.cfg.predictor == "ctc":
+            width = 2 * spread + 1
+            repeated, repeated_mask = self._repeated(encoder_out, enc_mask, width)
             extraction, expected = self._ctc_candidates(repeated, repeated_mask, ctc_log_probs, spread)
         else:
-            extraction, expected = self._cif_candidates(encoder_out, enc_mask, repeated, spread)
+            alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
+            counts = self._cif_candidate_counts(calibrated, spread, phrases)  # [B, K]
+            width = counts.shape[1]
+            repeated, repeated_mask = self._repeated(encoder_out, enc_mask, width)
+            extraction, expected = self._cif_candidates(alphas, calibrated, repeated, counts)
         logits = self.decode_queries(extraction.embeddings, extraction.token_mask, repeated,
                                      repeated_mask)  # [B*K, N, V]
         log_probs, extraction = self._log_posteriors(logits, extraction)
@@ -178,7 +183,7 @@ class ParaformerDecoding:
         sources = torch.arange(batch * width, device=beams.device).repeat_interleave(beams.shape[1]).view(
             batch, hypotheses)  # [B, H] each hypothesis's row of the extraction
         sums = scores.view(batch, hypotheses)  # [B, H]
-        if phrases is not None and not biasing(hotwords):  # hotwords take their place: phrases carry no bonuses
+        if phrases is not None:
             if lm_weight > 0 and phrases.lm is not lm:
                 raise ValueError("the phrase candidates were scored by another LM than the search's")
             tokens, lengths, sources, sums = self._add_phrases(phrases, log_probs, extraction.num_tokens, width,
@@ -215,16 +220,33 @@ class ParaformerDecoding:
                 torch.cat([sources, rows.gather(1, order)], dim=1),
                 torch.cat([sums, phrase_sums.gather(1, order)], dim=1))
 
-    def _cif_candidates(self, encoder_out: torch.Tensor, enc_mask: torch.Tensor, repeated: torch.Tensor,
-                        spread: int) -> tuple[CifOutput, torch.Tensor]:
-        """encoder_out [B, T', D], enc_mask [B, T'], repeated [B*K, T', D] (each utterance K = 2 x spread + 1 times)
-        -> (the CIF integrated to the counts N - spread .. N + spread, row b*K + k the k-th of utterance b; the CIF's
-        expected count of real tokens [B*K]: the sum of its calibrated alphas less ``model.predictor_bias``, as the
-        candidates' lengths are counted once the <eos> fire is dropped)."""
-        width = 2 * spread + 1
-        alphas, calibrated = self.cif_alphas(encoder_out, enc_mask)  # [B, T'] each, threshold units
+    @staticmethod
+    def _repeated(encoder_out: torch.Tensor, enc_mask: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """encoder_out [B, T', D], enc_mask [B, T'] -> each utterance ``width`` times: [B*K, T', D], [B*K, T']."""
+        return encoder_out.float().repeat_interleave(width, dim=0), enc_mask.repeat_interleave(width, dim=0)
+
+    def _cif_candidate_counts(self, calibrated: torch.Tensor, spread: int,
+                              phrases: PhraseCandidates | None) -> torch.Tensor:
+        """calibrated alphas [B, T'] -> the CIF counts to decode [B, K]: the inference count N and N +- 1..``spread``
+        (:func:`candidate_counts`), then with ``phrases`` the counts of listed phrases farther off but in reach
+        (decode/phrases.py, :func:`phrase_counts_in_reach`). Counts include the <eos> fire with
+        ``model.predictor_bias`` 1."""
+        bias = self.cfg.predictor_bias
         counts = inference_token_count(calibrated, self.cfg.cif_tail_threshold / self.cfg.cif_threshold)  # [B]
-        num_tokens = candidate_counts(counts, spread, 1 + self.cfg.predictor_bias).flatten()  # [B*K]
+        candidates = candidate_counts(counts, spread, 1 + bias)  # [B, 2 * spread + 1]
+        if phrases is None:
+            return candidates
+        beyond = phrase_counts_in_reach(phrases, counts - bias, spread, PHRASE_REACH)  # [B, E] real tokens
+        return torch.cat([candidates, beyond + bias], dim=1)
+
+    def _cif_candidates(self, alphas: torch.Tensor, calibrated: torch.Tensor, repeated: torch.Tensor,
+                        counts: torch.Tensor) -> tuple[CifOutput, torch.Tensor]:
+        """alphas, calibrated [B, T'] (threshold units), repeated [B*K, T', D] (each utterance K times), counts [B, K]
+        -> (the CIF integrated to each count, row b*K + k the k-th of utterance b; the CIF's expected count of real
+        tokens [B*K]: the sum of its calibrated alphas less ``model.predictor_bias``, as the candidates' lengths are
+        counted once the <eos> fire is dropped)."""
+        width = counts.shape[1]
+        num_tokens = counts.flatten()  # [B*K]
         alphas = alphas.repeat_interleave(width, dim=0)  # [B*K, T']
         alpha_sum = alphas.sum(dim=1)  # [B*K]
         integrated = scale_to_counts(alphas, num_tokens, alpha_sum)  # [B*K, T']

@@ -22,6 +22,7 @@ from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.errors import ConfigError
 
 MAX_PHRASES = 5000  # a phrase list, not a text corpus: the CTC term is computed for every listed phrase in reach
+PHRASE_REACH = 0.2  # a phrase is also scored when its count is within this share of the extractor's count
 
 
 @dataclass
@@ -76,6 +77,21 @@ def training_phrases(transcripts: list[str], tokenizer: Tokenizer, lm, asked: bo
         raise ConfigError(f"--phrase-candidates: {why}; use --no-phrase-candidates")
     print(f"warning: decode.phrase_candidates left out: {why}", file=sys.stderr)
     return None
+
+
+def phrase_counts_in_reach(phrases: PhraseCandidates, counts: torch.Tensor, spread: int,
+                           reach: float) -> torch.Tensor:
+    """The phrase token counts an utterance reaches beyond its length candidates: counts [B] long (the extractor's
+    count of real tokens) -> [B, E] long, the distinct phrase lengths L with ``spread`` < |L - N| <= ``reach`` x N,
+    each row padded with its own N (E: the most any row has, 0 for none). A long sentence's count is off by more
+    tokens than a short one's: these are the candidates its listed phrases need."""
+    lengths = phrases.lengths.unique().to(counts.device)  # [U]
+    distance = (lengths.unsqueeze(0) - counts.unsqueeze(1)).abs()  # [B, U]
+    limit = (counts.to(torch.float32) * reach).floor().unsqueeze(1)  # [B, 1]
+    wanted = (distance > spread) & (distance <= limit)  # [B, U]
+    extra = int(wanted.sum(dim=1).max()) if wanted.numel() else 0
+    order = wanted.to(torch.int8).argsort(dim=1, descending=True, stable=True)[:, :extra]  # [B, E] wanted first
+    return torch.where(wanted.gather(1, order), lengths[order], counts.unsqueeze(1))
 
 
 def phrase_decoder_scores(phrases: PhraseCandidates, log_probs: torch.Tensor, counts: torch.Tensor,
