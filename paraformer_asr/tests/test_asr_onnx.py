@@ -162,9 +162,10 @@ def _both(exported, kind: str):
 @needs_onnx
 @pytest.mark.parametrize("kind, predictor", [("paraformer", "cif"), ("paraformer_fsmn", "cif"),
                                              ("paraformer_ctc", "ctc")])
-def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
+def test_exported_paraformer_matches_pytorch(exported, kind, predictor, monkeypatch):
     from paraformer_asr.data.setup import training_transcripts
-    from paraformer_asr.decode.phrases import PhraseCandidates
+    from paraformer_asr.decode import paraformer_search
+    from paraformer_asr.decode.phrases import PHRASE_REACH, PhraseCandidates, phrase_counts_in_reach
 
     torch_model, onnx_model, batch = _both(exported, kind)
     assert torch_model.cfg.model.predictor == predictor
@@ -185,10 +186,16 @@ def test_exported_paraformer_matches_pytorch(exported, kind, predictor):
                              for m in (torch_model, onnx_model))
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), method
     # length candidates run the extractor's parts (the CIF's alphas graph, or the ctc graph's log-probs) and the
-    # decoder as separate graphs, the CTC score the ctc graph; phrase candidates read the same posteriors
+    # decoder as separate graphs, the CTC score the ctc graph; phrase candidates read the same posteriors, and with
+    # a reach of 1 the CIF decodes the listed lengths beyond the spread as extra rows
     assert "ctc" in onnx_model.model.graphs
     listed = PhraseCandidates.build(training_transcripts(torch_model.cfg), torch_model.tokenizer)
-    for ctc_score_weight, phrases in ((0.0, None), (0.5, None), (0.5, listed)):
+    if predictor == "cif":
+        beyond = phrase_counts_in_reach(listed, extraction.num_tokens - torch_model.cfg.model.predictor_bias, 2, 1.0)
+        assert beyond.shape[1] > 0  # the reach-1 case below has extra rows to decode
+    for ctc_score_weight, phrases, reach in ((0.0, None, PHRASE_REACH), (0.5, None, PHRASE_REACH),
+                                             (0.5, listed, PHRASE_REACH), (0.5, listed, 1.0)):
+        monkeypatch.setattr(paraformer_search, "PHRASE_REACH", reach)
         expected, got = (m.model.decode_length_candidates(batch.features, batch.feat_mask, 2, 3,
                                                           ctc_score_weight=ctc_score_weight, phrases=phrases)
                          for m in (torch_model, onnx_model))
