@@ -303,8 +303,9 @@ class ManifestDataset(Dataset):
         for index in range(len(self.entries)):
             yield self.frontend(self._waveform(index))
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        entry = self.entries[index]
+    def played_waveform(self, index: int) -> tuple[torch.Tensor, float, int]:
+        """Item ``index``'s waveform as this epoch plays it: resampled to the front end's rate, speed-perturbed,
+        edge-padded and made to sound recorded -> (waveform [N'], its speed factor, the quiet before it in samples)."""
         waveform = self._waveform(index)  # [N]
         factor = self.speed_factor(index)
         if factor != 1.0:
@@ -316,6 +317,11 @@ class ManifestDataset(Dataset):
             waveform = self.recording_augment(  # same length
                 waveform, lambda stage: self._generator(index, _RECORDING_STREAM, stage),
                 lambda count, generator: self._other_voices(index, count, generator))
+        return waveform, factor, lead
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        entry = self.entries[index]
+        waveform, factor, lead = self.played_waveform(index)  # [N']
         features = self.frontend(waveform)  # [T, n_mels]
         if self.voice_perturb is not None and self.voice_perturb.enabled:
             features = self.voice_perturb(features, self._generator(index, _VOICE_STREAM))
