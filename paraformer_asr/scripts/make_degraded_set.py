@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.long_chars < 1:
         raise UserError(f"--long-chars must be >= 1, got {args.long_chars}")
-    summary = write_degraded_set(args.manifest, args.out, degradation(args.manifest, args.set), args.seed, args.long_chars,
-                                 show_progress=progress_bar_wanted())
+    summary = write_degraded_set(args.manifest, args.out, degradation(args.manifest, args.set), args.seed,
+                                 args.long_chars, show_progress=progress_bar_wanted())
     print(f"{summary['utterances']} utterances ({summary['long']} long) -> {args.out / 'degraded.jsonl'}")
     return 0
 

@@ -82,7 +82,8 @@ def _loop_reference(model, features, lengths, spread: int, count_prior: float = 
     when predictor_bias is 1: the real tokens' distance from the sum less the bias); after the candidates' greedy
     hypotheses, each of the ``phrases`` whose length is a candidate's real count, scored the same way from that
     candidate's log-probs (with phrases, the lengths of those farther than ``spread`` from the real count N but within
-    ``reach`` x N are candidates too); the first best wins; the CTC term is left out where no hypothesis has a CTC alignment.
+    ``reach`` x N are candidates too); the first best wins; the CTC term is left out where no hypothesis has a CTC
+    alignment.
     -> (its tokens, its score) per utterance."""
     bias = model.cfg.predictor_bias
     hypotheses, scores = [], []

@@ -180,8 +180,9 @@ def add_decoding_arguments(parser) -> None:
                             "no longer be written); greedy decoding becomes beam 1 constrained")
     group.add_argument("--phrase-candidates", action=argparse.BooleanOptionalAction, default=None,
                        help="Paraformer with length candidates: also score every training transcript whole beside "
-                            "the searched hypotheses, at the candidate of its length (phrase lists: a long phrase "
-                            "the beam lost is found again)")
+                            "the searched hypotheses, at the candidate of its length, or at its own length when that "
+                            "is within a fifth of the CIF's count (phrase lists: a long phrase the beam lost is found "
+                            "again)")
     group.add_argument("--hotwords", metavar="FILE", default=None,
                        help="bias the search toward the phrases of this file (names, terms; one a line, "
                             "phrase<TAB>weight for a weight of its own, # comments): each unit of a phrase earns a "

@@ -146,12 +146,12 @@ class ParaformerDecoding:
         (the LM term is their ``lm_scores``: ``lm`` must be the LM they were built with; with ``hotwords`` they are
         left out, carrying no bonuses: a request's hotword list takes their place); with the CIF, the counts of listed
         phrases beyond the spread but within ``PHRASE_REACH`` of N are candidates too (the extraction then has K > 2 x
-        ``spread`` + 1 rows per utterance, padded with N: a long sentence's count is off by more). The best per utterance
-        wins. A count one off spells a word with a letter too many or too few: the candidates let the decoder's, the
-        LM's and the CTC head's confidence pick the count instead, and the prior says how far to trust the extractor
-        over them (data where it counts well want a prior). The CTC head scores every frame of the utterance, so it
-        tells a doubled or dropped letter from a right one where the decoder, which sees the candidate's count as
-        given, cannot.
+        ``spread`` + 1 rows per utterance, padded with N: a long sentence's count is off by more). The best per
+        utterance wins. A count one off spells a word with a letter too many or too few: the candidates let the
+        decoder's, the LM's and the CTC head's confidence pick the count instead, and the prior says how far to trust
+        the extractor over them (data where it counts well want a prior). The CTC head scores every frame of the
+        utterance, so it tells a doubled or dropped letter from a right one where the decoder, which sees the
+        candidate's count as given, cannot.
         -> (tokens [B, T_out] long, pad past each length; lengths [B]; the chosen candidates' extraction; their
         normalised scores [B], the prior's and the CTC's terms included)."""
         if spread < 1:

@@ -6,8 +6,10 @@ candidates are ranked by, is the best. A corpus of phrases (commands, a menu, re
 instead: each distinct training transcript whose token count is one of an utterance's length candidates gets the
 decoder's log-prob of its tokens at that candidate, the LM's sentence log-prob and the same CTC, length and prior
 terms as the searched hypotheses (decode/paraformer_search.py, ``decode_length_candidates``), and competes with
-them. It costs no decoder pass: the posteriors are the candidates' own. A sentence outside the list is still
-decoded by the search, and a listed phrase wins only where the ranking score prefers it.
+them, reading the posteriors the candidates already have. A long sentence's count is off by more than the spread,
+so with the CIF the listed lengths within ``PHRASE_REACH`` of the count are decoded as candidates too
+(:func:`phrase_counts_in_reach`). A sentence outside the list is still decoded by the search, and a listed phrase
+wins only where the ranking score prefers it.
 """
 
 from __future__ import annotations

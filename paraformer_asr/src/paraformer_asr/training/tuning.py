@@ -137,9 +137,9 @@ def tune_checkpoint(path, split: str = "val", batch_size: int = 64, device: torc
                     phrase_candidates: bool | None = None) -> tuple[dict, DecodeConfig, list[dict]]:
     """:func:`tune_decoding` for a checkpoint file or run folder on its ``split``, or on ``manifest`` when given (a
     selection set of other voices), with length candidates +- ``spread`` and the grid ranking them with
-    ``length_penalty`` and ``phrase_candidates`` when given (else the checkpoint's section's) -> (its payload with the chosen
-    ``decode`` section in its config and a ``decoding_tuned_on`` record, the choice, the grid's rows). ConfigError
-    for the autoregressive baseline (nothing to tune) and for a test set
+    ``length_penalty`` and ``phrase_candidates`` when given (else the checkpoint's section's) -> (its payload with the
+    chosen ``decode`` section in its config and a ``decoding_tuned_on`` record, the choice, the grid's rows).
+    ConfigError for the autoregressive baseline (nothing to tune) and for a test set
     (:func:`~paraformer_asr.training.calibration.why_test_set`): the choice is made on validation data."""
     device = device or torch.device("cpu")
     checkpoint = resolve_eval_checkpoint(path)

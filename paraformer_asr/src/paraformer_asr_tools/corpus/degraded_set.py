@@ -8,8 +8,9 @@ training augmentation's (data/augment.py), through the same dataset code (``Mani
 with every stage on by default (``DEGRADED``): what differs from training is only how often and how hard.
 
 Each utterance keeps its length, text and fields (a segment's ``start_s`` / ``end_s`` dropped: the new file is the
-segment), gets a new WAV (16-bit, the front end's rate, its peak held below full scale) and a ``length`` field, ``long`` or ``short`` by its characters, for ``eval.py --group-by
-length``. The draws are a pure function of (seed, utterance index).
+segment), gets a new WAV (16-bit, the front end's rate, its peak held below full scale) and a ``length`` field,
+``long`` or ``short`` by its characters, for ``eval.py --group-by length``. The draws are a pure function of
+(seed, utterance index).
 """
 
 from __future__ import annotations
