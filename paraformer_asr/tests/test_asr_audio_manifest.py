@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from paraformer_asr.data.frontend import FeatureNormalizer, LogMelFrontend, SpecAugment, VoicePerturb
-from paraformer_asr.data.manifest import ManifestDataset, read_manifest
+from paraformer_asr.data.manifest import ManifestDataset, read_manifest, read_manifest_records
 from paraformer_asr.data.audio import noise_floor, write_audio
 from paraformer_asr.data.batching import Collator
 from paraformer_asr.errors import DataError
@@ -94,6 +94,15 @@ def test_skip_bad_files_counts_and_warns(tmp_path, caplog):
     assert all(entry.start_s is None and entry.end_s is None and entry.words is None for entry in entries)
     assert "skipped 2 bad line(s) of 4" in caplog.text and f"{manifest}:2" in caplog.text
 
+
+def test_manifest_records_keep_each_kept_lines_extra_fields(tmp_path):
+    lines = make_corpus(tmp_path, ["1", "2"])
+    lines[1] = json.dumps({**json.loads(lines[1]), "source": "klettres", "speaker": 7})
+    manifest = write_manifest(tmp_path / "m.jsonl", [lines[0], BAD_LINES["missing_audio_file"][0], lines[1]])
+    records = read_manifest_records(manifest, skip_bad_files=True)
+    assert [entry for entry, _ in records] == read_manifest(manifest, skip_bad_files=True)
+    assert [record for _, record in records] == [json.loads(lines[0]), json.loads(lines[1])]
+    assert records[1][1]["source"] == "klettres" and records[1][1]["speaker"] == 7
 
 def test_manifest_with_nothing_usable_is_an_error(tmp_path):
     with pytest.raises(DataError, match="has no usable entries"):

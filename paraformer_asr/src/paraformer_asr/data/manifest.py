@@ -76,6 +76,12 @@ def read_manifest(path: str | Path, skip_bad_files: bool = False) -> list[Manife
 
     An unreadable manifest, or one left with no valid entry, is always an error.
     """
+    return [entry for entry, _ in read_manifest_records(path, skip_bad_files)]
+
+
+def read_manifest_records(path: str | Path, skip_bad_files: bool = False) -> list[tuple[ManifestEntry, dict]]:
+    """:func:`read_manifest` with each entry's line as parsed JSON beside it (its extra fields: source, speaker, ...),
+    from one read of the file."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -83,29 +89,29 @@ def read_manifest(path: str | Path, skip_bad_files: bool = False) -> list[Manife
         raise DataError(f"manifest not found: {path}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise DataError(f"cannot read manifest {path}: {err}") from None
-    entries: list[ManifestEntry] = []
+    parsed: list[tuple[ManifestEntry, dict]] = []
     problems: list[str] = []
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            entries.append(_parse_line(path, line_no, line))
+            parsed.append(_parse_line(path, line_no, line))
         except DataError as err:
             if not skip_bad_files:
                 raise
             problems.append(str(err))
     if problems:
         logger.warning(
-            "skipped %d bad line(s) of %d in manifest %s; first: %s", len(problems), len(problems) + len(entries),
+            "skipped %d bad line(s) of %d in manifest %s; first: %s", len(problems), len(problems) + len(parsed),
             path, problems[0],
         )
-    if not entries:
+    if not parsed:
         reason = f" (all {len(problems)} lines were bad)" if problems else ""
         raise DataError(f"manifest {path} has no usable entries{reason}")
-    return entries
+    return parsed
 
 
-def _parse_line(manifest: Path, line_no: int, line: str) -> ManifestEntry:
+def _parse_line(manifest: Path, line_no: int, line: str) -> tuple[ManifestEntry, dict]:
     where = f"{manifest}:{line_no}"
     try:
         record = json.loads(line)
@@ -130,9 +136,10 @@ def _parse_line(manifest: Path, line_no: int, line: str) -> ManifestEntry:
     elif not isinstance(utt_id, (str, int)):
         raise DataError(f"{where}: 'id' must be a string, got {type(utt_id).__name__}")
     start_s, end_s = _parse_segment(record, where)
-    return ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no,
-                         manifest=manifest, start_s=start_s, end_s=end_s,
-                         words=_parse_words(record, where, text.strip()))
+    entry = ManifestEntry(id=str(utt_id), audio_path=audio_path, text=text.strip(), line_no=line_no,
+                          manifest=manifest, start_s=start_s, end_s=end_s,
+                          words=_parse_words(record, where, text.strip()))
+    return entry, record
 
 
 def _number(value: Any) -> bool:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from paraformer_asr.data.audio import audio_info, segment_frames
-from paraformer_asr.data.manifest import ManifestEntry, read_manifest
+from paraformer_asr.data.manifest import ManifestEntry, read_manifest, read_manifest_records
 from paraformer_asr.data.setup import check_vocabulary
 from paraformer_asr.data.tokenizer import Tokenizer
 from paraformer_asr.decode.longform import LongFormOptions, transcribe_long
@@ -112,9 +110,7 @@ def manifest_field(path: str, key: str) -> dict[str, str]:
     """utterance id -> the value of field ``key`` of its line in the JSON Lines manifest ``path`` (as text).
     ConfigError naming the line when one has no such field."""
     values = {}
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for entry in read_manifest(path):
-        record = json.loads(lines[entry.line_no - 1])
+    for entry, record in read_manifest_records(path):
         if key not in record:
             raise ConfigError(f"--group-by {key}: {entry.where} has no field '{key}' (fields: {', '.join(record)})")
         values[entry.id] = str(record[key])
@@ -125,10 +121,8 @@ def manifest_hotwords(path: str, skip_bad_files: bool = False) -> dict[str, list
     """utterance id -> the phrases of the ``hotwords`` field of its line in the JSON Lines manifest ``path`` (a
     rare-word test set: make_speech_corpus.py --rare-words); None when no line has the field, [] for a line without
     it. ConfigError naming the line when the field is not a list of phrases."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
     values, found = {}, False
-    for entry in read_manifest(path, skip_bad_files):
-        record = json.loads(lines[entry.line_no - 1])
+    for entry, record in read_manifest_records(path, skip_bad_files):
         found = found or "hotwords" in record
         phrases = record.get("hotwords", [])
         if not isinstance(phrases, list) or not all(isinstance(p, str) and p.split() for p in phrases):

@@ -26,7 +26,7 @@ from paraformer_asr.config import AugmentConfig, config_from_dict
 from paraformer_asr.data.audio import write_audio
 from paraformer_asr.data.augment import RecordingAugment
 from paraformer_asr.data.frontend import LogMelFrontend
-from paraformer_asr.data.manifest import ManifestDataset, read_manifest
+from paraformer_asr.data.manifest import ManifestDataset, read_manifest_records
 from paraformer_asr.data.tokenizer import CharTokenizer
 
 SAMPLE_RATE = 16000
@@ -54,10 +54,8 @@ def write_degraded_set(manifest: str | Path, out: str | Path, augment: AugmentCo
     manifest's fields, ``audio`` the new file, ``length`` long at ``long_chars`` characters or more). -> a summary
     {"utterances", "long", "seed", "augment"}, also written to OUT/degraded.json."""
     out = Path(out)
-    entries = read_manifest(manifest)
-    lines_read = Path(manifest).read_text(encoding="utf-8").splitlines()
-    records = [{key: value for key, value in json.loads(lines_read[entry.line_no - 1]).items()
-                if key not in ("start_s", "end_s")} for entry in entries]
+    entries, records = zip(*read_manifest_records(manifest))
+    records = [{key: value for key, value in record.items() if key not in ("start_s", "end_s")} for record in records]
     frontend = LogMelFrontend(sample_rate=SAMPLE_RATE)
     dataset = ManifestDataset(entries, CharTokenizer.build(entry.text for entry in entries), frontend, seed=seed,
                               recording_augment=RecordingAugment(augment, SAMPLE_RATE))
