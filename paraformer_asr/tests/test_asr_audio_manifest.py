@@ -104,6 +104,7 @@ def test_manifest_records_keep_each_kept_lines_extra_fields(tmp_path):
     assert [record for _, record in records] == [json.loads(lines[0]), json.loads(lines[1])]
     assert records[1][1]["source"] == "klettres" and records[1][1]["speaker"] == 7
 
+
 def test_manifest_with_nothing_usable_is_an_error(tmp_path):
     with pytest.raises(DataError, match="has no usable entries"):
         read_manifest(write_manifest(tmp_path / "m.jsonl", ['{"text": "1"}']), skip_bad_files=True)
